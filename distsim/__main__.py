@@ -1,0 +1,39 @@
+"""``python -m distsim``: one simulation in-process (Hydra); ``-m`` runs a sweep.
+
+A single run composes conf/config.yaml with the command-line overrides, simulates, writes summary.json,
+requests.parquet, instances.parquet and perf.json into Hydra's run directory and prints a summary table.
+A user's mistake prints one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from distsim.config.schema import register_schemas
+from distsim.errors import UserError
+
+register_schemas()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    from distsim.report_table import format_summary
+    from distsim.simulate import simulate
+
+    try:
+        result = simulate(cfg)
+    except UserError as err:
+        print(f"distsim: {err}", file=sys.stderr)
+        sys.exit(2)
+    out_dir = HydraConfig.get().runtime.output_dir
+    result.write(out_dir, write_requests=bool(cfg.sim.write_requests))
+    print(format_summary(result.summary, out_dir))
+    return result.summary["fitness"]
+
+
+if __name__ == "__main__":
+    main()

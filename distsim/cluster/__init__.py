@@ -1,0 +1,1 @@
+"""The cluster: pools of instances behind admission and routing."""

@@ -1,0 +1,122 @@
+"""Resolve ``cluster`` config into pools of identical instances, validating every engine value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from distsim.errors import ConfigError
+from distsim.instance.instance import EngineParams
+from distsim.instance.latency.base import LatencyContext, LatencyModel, build_latency_model
+from distsim.instance.queues import QUEUES
+
+ROLES = ("mixed", "prefill", "decode")
+
+
+@dataclass
+class PoolSpec:
+    name: str
+    count: int
+    role: str
+    hardware: Any  # distsim.catalog.HardwareSpec
+    model: Any  # distsim.catalog.ModelSpec
+    tensor_parallel_size: int
+    engine: EngineParams
+    latency: LatencyModel
+    key: str  # config path of this pool, for messages
+
+
+def _check_engine(engine: Any, key: str) -> None:
+    def need(cond: bool, sub: str, rule: str, value: Any) -> None:
+        if not cond:
+            raise ConfigError(f"{key}.{sub}", f"{rule} (got {value!r})")
+
+    need(engine.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1", engine.tensor_parallel_size)
+    need(engine.max_num_seqs >= 1, "max_num_seqs", "must be >= 1", engine.max_num_seqs)
+    need(engine.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1", engine.max_num_batched_tokens)
+    need(
+        engine.max_num_batched_tokens >= engine.max_num_seqs,
+        "max_num_batched_tokens",
+        f"must be >= max_num_seqs ({engine.max_num_seqs}), as vLLM requires",
+        engine.max_num_batched_tokens,
+    )
+    need(engine.block_size >= 1, "block_size", "must be >= 1", engine.block_size)
+    need(0.0 < engine.gpu_memory_utilization <= 1.0, "gpu_memory_utilization", "must be in (0, 1]", engine.gpu_memory_utilization)
+    need(
+        0.0 <= engine.activation_reserve_fraction < 1.0,
+        "activation_reserve_fraction",
+        "must be in [0, 1)",
+        engine.activation_reserve_fraction,
+    )
+    need(engine.total_kv_blocks is None or engine.total_kv_blocks >= 1, "total_kv_blocks", "must be >= 1 or null", engine.total_kv_blocks)
+    need(engine.scheduler in QUEUES, "scheduler", f"must be one of {', '.join(sorted(QUEUES))}", engine.scheduler)
+
+
+def _merged(base: Any, overrides: Any, key: str) -> DictConfig:
+    merged = OmegaConf.merge(base, overrides or {})
+    extra = set(OmegaConf.to_container(overrides or {}, resolve=True)) - set(base.keys())
+    if extra:
+        raise ConfigError(f"{key}.{sorted(extra)[0]}", f"unknown key; known: {', '.join(sorted(base.keys()))}")
+    return merged
+
+
+def resolve_pools(cluster: Any) -> list[PoolSpec]:
+    """Build the pool specs: one implicit pool of ``cluster.instances`` when ``cluster.pools`` is null."""
+    from distsim.catalog import load_hardware, load_model
+    from distsim.catalog.capacity import derive_total_kv_blocks
+
+    model = load_model(cluster.model)
+    if cluster.pools is None:
+        if cluster.instances < 1:
+            raise ConfigError("cluster.instances", f"must be >= 1 (got {cluster.instances})")
+        raw_pools = [{"name": "default", "count": cluster.instances, "hardware": None, "role": "mixed", "engine": {}, "latency": {}}]
+        keys = ["cluster"]
+    else:
+        if len(cluster.pools) == 0:
+            raise ConfigError("cluster.pools", "is empty: give at least one pool, or null for cluster.instances")
+        raw_pools = list(cluster.pools)
+        keys = [f"cluster.pools[{i}]" for i in range(len(raw_pools))]
+
+    pools = []
+    names = set()
+    for raw, key in zip(raw_pools, keys):
+        name = raw["name"]
+        if name in names:
+            raise ConfigError(f"{key}.name", f"pool name {name!r} used twice")
+        names.add(name)
+        if raw["count"] < 1:
+            raise ConfigError(f"{key}.count", f"must be >= 1 (got {raw['count']})")
+        if raw["role"] not in ROLES:
+            raise ConfigError(f"{key}.role", f"must be one of {', '.join(ROLES)} (got {raw['role']!r})")
+        engine_key = "cluster.engine" if key == "cluster" else f"{key}.engine"
+        engine = _merged(cluster.engine, raw.get("engine"), engine_key)
+        latency_cfg = _merged(cluster.latency, raw.get("latency"), "cluster.latency" if key == "cluster" else f"{key}.latency")
+        _check_engine(engine, engine_key)
+        hardware = load_hardware(raw.get("hardware") or cluster.hardware)
+        tp = engine.tensor_parallel_size
+        total_blocks = engine.total_kv_blocks
+        if total_blocks is None:
+            total_blocks = derive_total_kv_blocks(model, hardware, engine, key_prefix=engine_key)
+        params = EngineParams(
+            max_num_seqs=engine.max_num_seqs,
+            max_num_batched_tokens=engine.max_num_batched_tokens,
+            block_size=engine.block_size,
+            total_kv_blocks=int(total_blocks),
+            enable_chunked_prefill=bool(engine.enable_chunked_prefill),
+            enable_prefix_caching=bool(engine.enable_prefix_caching),
+            scheduler=engine.scheduler,
+        )
+        latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp))
+        pools.append(PoolSpec(name, raw["count"], raw["role"], hardware, model, tp, params, latency, key))
+    block_sizes = {p.engine.block_size for p in pools}
+    if len(block_sizes) > 1:
+        raise ConfigError("cluster.engine.block_size", f"all pools must share one block size (got {sorted(block_sizes)})")
+    roles = {p.role for p in pools}
+    if roles != {"mixed"}:
+        raise ConfigError(
+            f"{pools[0].key}.role",
+            "prefill/decode pools (P/D disaggregation) are not available yet: use role 'mixed'",
+        )
+    return pools

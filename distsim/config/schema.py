@@ -1,0 +1,138 @@
+"""The root config schema.
+
+Hydra composes ``conf/config.yaml`` on top of :class:`Config` (registered as ``distsim_schema``), so
+every key below exists in the composed config and is type-checked by OmegaConf. Subsystems validate
+their own values when they are built and raise :class:`distsim.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from distsim.config.workload import WorkloadConfig
+
+
+@dataclass
+class EngineConfig:
+    """vLLM engine settings, with vLLM's names."""
+
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    total_kv_blocks: Optional[int] = None  # null: derived from model, hardware, TP and memory utilisation
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    activation_reserve_fraction: float = 0.05  # of GPU memory, kept for activations and the CUDA graphs
+    scheduler: str = "fcfs"  # waiting-queue order: fcfs | priority | shortest_prompt
+
+
+@dataclass
+class LatencyConfig:
+    """Step-time model: ``roofline`` (from model and hardware) or ``linear`` (fitted coefficients)."""
+
+    kind: str = "roofline"
+    base_us: Optional[float] = None  # linear
+    per_prefill_token_us: Optional[float] = None  # linear
+    per_decode_token_us: Optional[float] = None  # linear
+    compute_efficiency: Optional[float] = None  # roofline; null: the hardware catalog's default
+    memory_efficiency: Optional[float] = None  # roofline; null: the hardware catalog's default
+    step_overhead_us: Optional[float] = None  # roofline; null: the model's default
+
+
+@dataclass
+class PoolConfig:
+    """One pool of identical instances. ``engine`` and ``latency`` override the cluster's values."""
+
+    name: str = "pool"
+    count: int = 1
+    hardware: Optional[str] = None  # null: cluster.hardware
+    role: str = "mixed"  # mixed | prefill | decode
+    engine: Dict[str, Any] = field(default_factory=dict)
+    latency: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterConfig:
+    model: str = "llama-3.1-8b"
+    hardware: str = "H100"
+    instances: int = 4
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+    pools: Optional[List[PoolConfig]] = None
+
+
+@dataclass
+class SignalsConfig:
+    """How fresh the instance-reported signals are that routers read (0 = live)."""
+
+    refresh_interval_ms: float = 0.0
+
+
+@dataclass
+class AdmissionConfig:
+    kind: str = "always"
+
+
+@dataclass
+class RoutingConfig:
+    kind: str = "round_robin"
+    scorers: Optional[Dict[str, float]] = None  # weighted: scorer name -> weight
+
+
+@dataclass
+class PolicyConfig:
+    name: str = "round_robin"
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+
+
+@dataclass
+class FitnessConfig:
+    """One number per run, higher is better (see distsim.metrics.fitness)."""
+
+    kind: str = "goodput"  # goodput | weighted
+    per: str = "gpu"  # goodput: per gpu | dollar | none
+
+
+@dataclass
+class RunnerConfig:
+    address: Optional[str] = None  # null: local Ray; "auto" or "ray://host:port": an existing cluster
+    num_workers: Optional[int] = None  # null: one actor per CPU of the cluster
+    max_retries: int = 2
+
+
+@dataclass
+class SimConfig:
+    """Simulation controls that do not change the modelled system."""
+
+    horizon_s: Optional[float] = None  # stop here; requests still in flight are 'unfinished'
+    fast_forward: bool = True  # skip decode-only stretches in closed form (results are identical)
+    write_requests: bool = True  # write requests.parquet
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    signals: SignalsConfig = field(default_factory=SignalsConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    fitness: FitnessConfig = field(default_factory=FitnessConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+
+
+_registered = False
+
+
+def register_schemas() -> None:
+    """Register the schema with Hydra's ConfigStore (idempotent)."""
+    global _registered
+    if not _registered:
+        ConfigStore.instance().store(name="distsim_schema", node=Config)
+        _registered = True

@@ -1,0 +1,1 @@
+"""Event core: integer-microsecond clock, the event heap and partitioned RNG streams."""

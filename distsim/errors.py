@@ -1,0 +1,36 @@
+"""User-facing errors.
+
+A user's mistake (a bad config value, a broken trace line) is reported as one plain line naming the key
+or the file and line, never as a traceback. Everything that can be the user's fault raises a subclass
+of :class:`UserError`; the command-line entry points print ``str(err)`` and exit non-zero.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Base class for errors caused by the user's input rather than by a bug."""
+
+
+class ConfigError(UserError):
+    """A config value that cannot be right. ``key`` is the dotted config path."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        self.message = message
+        super().__init__(f"config error: {key}: {message}")
+
+
+class InputFileError(UserError):
+    """A broken input file (trace, model config, calibration run). ``line`` is 1-based, or None."""
+
+    def __init__(self, path: str, message: str, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        self.message = message
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"input error: {where}: {message}")
+
+
+class SimulationError(Exception):
+    """An internal invariant was violated (a bug, not a user error): e.g. the clock went backwards."""

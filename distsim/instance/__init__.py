@@ -1,0 +1,1 @@
+"""One vLLM-like serving instance: step scheduler, KV block manager with prefix cache, latency models."""

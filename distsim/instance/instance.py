@@ -1,0 +1,566 @@
+"""One serving instance: a vLLM V1-style step scheduler over a block KV cache.
+
+Each step has a token budget (max_num_batched_tokens) and a sequence cap (max_num_seqs). Running
+requests are served first, in admission order: a decoding request takes one token, a prefilling one
+its next chunk. Waiting requests are then admitted in queue order while the budget, the cap and the KV
+blocks allow; the first that does not fit stops admission (no skipping). When the blocks for the
+running requests run out, the newest running request is preempted by recompute: its blocks are freed
+and it goes back to the front of the waiting queue; a step that preempted admits nobody. A request's
+first token comes out of the step that finishes its prefill; each later token takes one step.
+
+Speed: per-step work does not grow with the batch. Decoding requests are never touched one by one:
+the instance keeps their count, the sum of their context lengths (as ``base + count * step``), the
+number of them at each block-boundary phase (so the blocks a step needs are one array lookup), and a
+heap of the step at which each will finish. Between a join and a finish, the free blocks permitting,
+a run of decode-only steps is planned in one go: durations from the latency model's vectorised form,
+block needs by phase, one event at the end. An arrival that could join cuts the run at the next step
+boundary. Fast-forwarding gives exactly the results of stepping one by one (tests compare both).
+
+Decoding request bookkeeping, with ``c`` the number of steps the instance has completed:
+    generated       = decode_offset + c
+    step s attends  = prompt + decode_offset + s tokens (its KV slots after allocating for step s)
+    needs a block   at step s iff (prompt + decode_offset + s - 1) % block_size == 0
+    finishes        at the end of step  output_tokens - 1 - decode_offset
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from distsim.engine.loop import PRIO_INSTANCE, EventLoop
+from distsim.errors import SimulationError
+from distsim.instance.kv_cache import KVCache
+from distsim.instance.latency.base import LatencyModel, StepShape
+from distsim.instance.queues import QUEUES
+from distsim.request import Request, Status
+
+WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """The resolved engine settings of one instance."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    total_kv_blocks: int
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    scheduler: str = "fcfs"
+
+
+class InstanceStats:
+    """Counters an instance keeps for instances.parquet and the summary."""
+
+    __slots__ = (
+        "busy_us",
+        "steps",
+        "prefill_tokens",
+        "decode_tokens",
+        "peak_used_blocks",
+        "preemptions",
+        "completed",
+        "dropped",
+        "admitted",
+        "cached_tokens",
+        "prompt_tokens",
+        "itl_step_durations",
+        "itl_step_weights",
+        "itl_run_durations",
+        "itl_run_weights",
+        "itl_single",
+    )
+
+    def __init__(self):
+        self.busy_us = 0
+        self.steps = 0
+        self.prefill_tokens = 0
+        self.decode_tokens = 0
+        self.peak_used_blocks = 0
+        self.preemptions = 0
+        self.completed = 0
+        self.dropped = 0
+        self.admitted = 0
+        self.cached_tokens = 0
+        self.prompt_tokens = 0
+        # Inter-token latency samples, kept weighted: a step of duration d in which b requests decode
+        # gives b gaps of d. Runs of steps keep their duration arrays; gaps after a preemption are single.
+        self.itl_step_durations: list[int] = []
+        self.itl_step_weights: list[int] = []
+        self.itl_run_durations: list[np.ndarray] = []
+        self.itl_run_weights: list[int] = []
+        self.itl_single: list[int] = []
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Instance:
+    """A vLLM-like engine replica driven by the shared event loop."""
+
+    def __init__(
+        self,
+        index: int,
+        params: EngineParams,
+        latency: LatencyModel,
+        loop: EventLoop,
+        on_done: Callable[[Request], None],
+        *,
+        fast_forward: bool = True,
+        pool: str = "default",
+        role: str = "mixed",
+        hardware: str = "",
+        gpus: int = 1,
+    ):
+        self.index = index
+        self.params = params
+        self.latency = latency
+        self.loop = loop
+        self.on_done = on_done
+        self.fast_forward = fast_forward
+        self.pool = pool
+        self.role = role
+        self.hardware = hardware
+        self.gpus = gpus
+        self.priority = PRIO_INSTANCE + index
+        self.bs = params.block_size
+        self.max_tokens = params.max_num_batched_tokens
+        self.max_seqs = params.max_num_seqs
+        self.caching = params.enable_prefix_caching
+        self.chunked = params.enable_chunked_prefill
+        self.kv = KVCache(params.total_kv_blocks)
+        self.waiting = QUEUES[params.scheduler]()
+        self.running: dict[int, Request] = {}  # admission order
+        self.prefilling: list[Request] = []  # running requests still in prefill, admission order
+        # decoding aggregates
+        self.step_index = 0
+        self.dec_count = 0
+        self.dec_ctx_base = 0  # sum over decoders of prompt + decode_offset
+        self.phase_counts = [0] * self.bs  # decoders by (prompt + decode_offset) % block_size
+        self.finish_heap: list[tuple[int, int, int, Request]] = []
+        # the plan in flight: steps [plan_c0, plan_c0 + plan_steps) ending at plan_end
+        self.busy = False
+        self.version = 0
+        self.plan_steps = 0
+        self.plan_start = 0
+        self.plan_begin = 0
+        self.plan_end = 0
+        self.plan_dur = 0
+        self.plan_decoders = 0
+        self.plan_chunks: list[tuple[Request, int]] = []
+        self.plan_durations: np.ndarray | None = None  # a fast-forwarded run of decode steps
+        self.plan_ends: np.ndarray | None = None
+        self.plan_blocks_pending = False  # the run's decode blocks are allocated when it is applied
+        self.stats = InstanceStats()
+
+    # ------------------------------------------------------------------ arrivals
+    def enqueue(self, req: Request, now: int) -> None:
+        """A request arrives at this instance's waiting queue."""
+        req.instance = self.index
+        req.enqueue_us = now
+        p = self.params
+        if _ceil_div(req.prompt_tokens + req.output_tokens - 1, self.bs) > p.total_kv_blocks or (
+            not self.chunked and req.prompt_tokens > self.max_tokens
+        ):
+            req.status = Status.DROPPED
+            req.phase = DONE
+            self.stats.dropped += 1
+            self.on_done(req)
+            return
+        req.phase = WAITING
+        self.waiting.append(req)
+        if not self.busy:
+            self.busy = True
+            self.plan_steps = 0
+            self.version += 1
+            self.loop.schedule(now, self.priority, self._on_event, self.version)
+        elif self.plan_ends is not None and self.waiting.peek() is req and len(self.running) < self.max_seqs:
+            self._cut_run(now)
+
+    def _cut_run(self, now: int) -> None:
+        """End the fast-forwarded run at the first step boundary at or after ``now``."""
+        ends = self.plan_ends
+        idx = int(np.searchsorted(ends, now, side="left"))
+        if idx < self.plan_steps - 1:
+            self.plan_steps = idx + 1
+            self.plan_end = int(ends[idx])
+            self.version += 1
+            self.loop.schedule(self.plan_end, self.priority, self._on_event, self.version)
+
+    # ------------------------------------------------------------------ the step cycle
+    def _on_event(self, now: int, version: int) -> None:
+        if version != self.version:
+            return  # a run that was cut short
+        if self.plan_steps:
+            self._apply_plan(now)
+        self._plan_next(now)
+
+    def _apply_plan(self, now: int) -> None:
+        """Everything that happens at the end of the planned step(s)."""
+        stats = self.stats
+        k = self.plan_steps
+        c0 = self.plan_start
+        b = self.plan_decoders
+        last = c0 + k - 1
+        self.step_index = c0 + k
+        stats.steps += k
+        stats.busy_us += now - self.plan_begin
+        if self.plan_durations is not None:
+            durations = self.plan_durations[:k]
+            if self.plan_blocks_pending:
+                self.kv.allocate(self._decode_block_need(c0, k))
+            if b:
+                stats.itl_run_durations.append(durations)
+                stats.itl_run_weights.append(b)
+            self.plan_durations = None
+            self.plan_ends = None
+        else:
+            if b:
+                stats.itl_step_durations.append(self.plan_dur)
+                stats.itl_step_weights.append(b)
+        stats.decode_tokens += b * k
+        used = self.kv.total - self.kv.free - len(self.kv.evictable)
+        if used > stats.peak_used_blocks:
+            stats.peak_used_blocks = used
+        self.plan_steps = 0
+
+        if self.plan_chunks:
+            self._apply_prefill_chunks(now)
+        heap = self.finish_heap
+        while heap and heap[0][0] <= last:
+            _, _, epoch, req = heapq.heappop(heap)
+            if req.decode_epoch != epoch:
+                continue  # preempted since it was pushed
+            self._leave_decode(req)
+            req.generated = req.output_tokens
+            alloc = req.prompt_tokens + req.decode_offset + last
+            self._finish(req, now, _ceil_div(alloc, self.bs) - len(req.shared_blocks))
+
+    def _apply_prefill_chunks(self, now: int) -> None:
+        bs = self.bs
+        kv = self.kv
+        stats = self.stats
+        any_done = False
+        for req, n in self.plan_chunks:
+            req.computed += n
+            stats.prefill_tokens += n
+            hashes = req.block_hashes
+            if self.caching and hashes is not None:
+                full = min(req.computed // bs, len(hashes))
+                for i in range(req.hashed_blocks, full):
+                    if kv.try_insert(hashes[i]):
+                        req.shared_blocks.append(hashes[i])
+                        req.private_blocks -= 1
+                if full > req.hashed_blocks:
+                    req.hashed_blocks = full
+            if req.computed < req.prompt_tokens + req.generated:
+                continue  # more chunks to go
+            any_done = True
+            req.generated += 1
+            if req.first_token_us < 0:
+                req.first_token_us = now
+            else:
+                stats.itl_single.append(now - req.last_token_us)  # first token after a recompute
+            req.last_token_us = now
+            if req.generated >= req.output_tokens:
+                req.phase = DONE
+                self._finish(req, now, req.private_blocks)
+            else:
+                self._join_decode(req)
+        self.plan_chunks = []
+        if any_done:
+            self.prefilling = [r for r in self.prefilling if r.phase == PREFILL]
+
+    def _join_decode(self, req: Request) -> None:
+        c = self.step_index
+        req.phase = DECODE
+        req.decode_offset = req.generated - c
+        r = req.prompt_tokens + req.decode_offset
+        self.dec_count += 1
+        self.dec_ctx_base += r
+        self.phase_counts[r % self.bs] += 1
+        req.decode_epoch += 1
+        heapq.heappush(self.finish_heap, (req.output_tokens - 1 - req.decode_offset, req.request_id, req.decode_epoch, req))
+
+    def _leave_decode(self, req: Request) -> None:
+        r = req.prompt_tokens + req.decode_offset
+        self.dec_count -= 1
+        self.dec_ctx_base -= r
+        self.phase_counts[r % self.bs] -= 1
+        req.decode_epoch += 1
+
+    def _finish(self, req: Request, now: int, private: int) -> None:
+        self.kv.release(req.shared_blocks, private)
+        req.shared_blocks = []
+        req.private_blocks = 0
+        req.phase = DONE
+        req.completion_us = now
+        req.last_token_us = now
+        req.status = Status.COMPLETED
+        del self.running[req.request_id]
+        self.stats.completed += 1
+        self.on_done(req)
+
+    def _decode_block_need(self, c0: int, k: int) -> int:
+        """Blocks the decoders need over steps c0 .. c0+k-1 (one per decoder per block boundary)."""
+        bs = self.bs
+        counts = self.phase_counts
+        full, rem = divmod(k, bs)
+        need = full * self.dec_count
+        for j in range(rem):
+            need += counts[(1 - c0 - j) % bs]
+        return need
+
+    def _plan_next(self, now: int) -> None:
+        """Schedule the next step (or a run of decode steps) starting at ``now``, or go idle."""
+        c = self.step_index
+        bs = self.bs
+        kv = self.kv
+        budget = self.max_tokens - self.dec_count
+        need_dec = self.phase_counts[(1 - c) % bs] if self.dec_count else 0
+        chunks: list[tuple[Request, int]] = []
+        need = need_dec
+        for req in self.prefilling:
+            if budget <= 0:
+                break
+            n = min(req.prompt_tokens + req.generated - req.computed, budget)
+            chunks.append((req, n))
+            need += _ceil_div(req.alloc_tokens + n, bs) - _ceil_div(req.alloc_tokens, bs)
+            budget -= n
+        preempted = False
+        if need > kv.free + len(kv.evictable):
+            chunks, budget = self._schedule_running_with_preemption(now)
+            preempted = True
+            need_dec = 0  # allocated one by one above
+        else:
+            for req, n in chunks:
+                nb = _ceil_div(req.alloc_tokens + n, bs) - _ceil_div(req.alloc_tokens, bs)
+                kv.allocate(nb)
+                req.alloc_tokens += n
+                req.private_blocks += nb
+        if not preempted and self.waiting and budget > 0 and len(self.running) < self.max_seqs:
+            budget = self._admit_waiting(now, budget, need_dec, chunks)
+
+        b = self.dec_count
+        if not chunks and not b:
+            self.busy = False
+            self.plan_steps = 0
+            if self.waiting and not self.running:
+                raise SimulationError(f"instance {self.index}: idle with {len(self.waiting)} waiting requests")
+            return
+
+        self.plan_start = c
+        self.plan_begin = now
+        self.plan_decoders = b
+        self.plan_chunks = chunks
+        if not chunks and self.fast_forward and not preempted:
+            run = self._decode_run_length(c, need_dec)
+            if run > 1:
+                durations = self.latency.decode_steps_us(b, self.dec_ctx_base + b * c, run)
+                ends = np.cumsum(durations)
+                ends += now
+                self.plan_steps = run
+                self.plan_durations = durations
+                self.plan_ends = ends
+                self.plan_blocks_pending = True
+                self.plan_end = int(ends[-1])
+                self.version += 1
+                self.loop.schedule(self.plan_end, self.priority, self._on_event, self.version)
+                return
+        # a single step
+        if need_dec:
+            kv.allocate(need_dec)
+        pf_tokens = pf_pairs = pf_kv = 0
+        for req, n in chunks:
+            c0 = req.computed
+            pf_tokens += n
+            pf_pairs += n * c0 + n * (n + 1) // 2
+            pf_kv += c0 + n
+        dur = self.latency.step_us(StepShape(pf_tokens, pf_pairs, pf_kv, b, self.dec_ctx_base + b * c))
+        self.plan_dur = dur
+        self.plan_steps = 1
+        self.plan_blocks_pending = False
+        self.plan_end = now + dur
+        self.version += 1
+        self.loop.schedule(self.plan_end, self.priority, self._on_event, self.version)
+
+    def _decode_run_length(self, c: int, need_first: int) -> int:
+        """How many decode-only steps can run from step c before anyone joins, finishes or runs out of
+        blocks: up to and including the earliest finish, as far as the available blocks reach."""
+        heap = self.finish_heap
+        while heap and heap[0][3].decode_epoch != heap[0][2]:
+            heapq.heappop(heap)
+        run = heap[0][0] - c + 1
+        if run <= 1:
+            return run
+        avail = self.kv.free + len(self.kv.evictable)
+        bs = self.bs
+        # cheap bound first: each decoder needs at most ceil(run / bs) blocks over the run
+        if self.dec_count * _ceil_div(run, bs) <= avail:
+            return run
+        steps = np.arange(c, c + run, dtype=np.int64)
+        need = np.asarray(self.phase_counts, dtype=np.int64)[(1 - steps) % bs]
+        cum = np.cumsum(need)
+        return int(np.searchsorted(cum, avail, side="right"))
+
+    def _schedule_running_with_preemption(self, now: int) -> tuple[list[tuple[Request, int]], int]:
+        """vLLM's running loop when blocks run short: allocate in admission order, preempting the newest
+        running request until the current one fits (or is itself preempted)."""
+        c = self.step_index
+        bs = self.bs
+        kv = self.kv
+        order = list(self.running.values())
+        budget = self.max_tokens
+        chunks: list[tuple[Request, int]] = []
+        i = 0
+        while i < len(order):
+            req = order[i]
+            if req.phase == DECODE:
+                n = 1
+                nb = 1 if (req.prompt_tokens + req.decode_offset + c - 1) % bs == 0 else 0
+            else:
+                if budget <= 0:
+                    i += 1
+                    continue
+                n = min(req.prompt_tokens + req.generated - req.computed, budget)
+                nb = _ceil_div(req.alloc_tokens + n, bs) - _ceil_div(req.alloc_tokens, bs)
+            scheduled = True
+            while nb > kv.free + len(kv.evictable):
+                victim = order.pop()
+                self._preempt(victim, now)
+                if victim is req:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            kv.allocate(nb)
+            if req.phase == PREFILL:
+                req.alloc_tokens += n
+                req.private_blocks += nb
+                chunks.append((req, n))
+            budget -= n
+            i += 1
+        return chunks, budget
+
+    def _preempt(self, req: Request, now: int) -> None:
+        """Preempt by recompute: free everything, back to the front of the waiting queue."""
+        c = self.step_index
+        if req.phase == DECODE:
+            self._leave_decode(req)
+            req.generated = req.decode_offset + c
+            private = _ceil_div(req.prompt_tokens + req.decode_offset + c - 1, self.bs) - len(req.shared_blocks)
+            req.last_token_us = now
+        else:
+            private = req.private_blocks
+            self.prefilling.remove(req)
+        self.kv.release(req.shared_blocks, private)
+        req.shared_blocks = []
+        req.private_blocks = 0
+        req.alloc_tokens = 0
+        req.computed = 0
+        req.hashed_blocks = 0
+        req.phase = WAITING
+        req.preemptions += 1
+        self.stats.preemptions += 1
+        del self.running[req.request_id]
+        self.waiting.appendleft(req)
+
+    def _admit_waiting(self, now: int, budget: int, need_dec: int, chunks: list) -> int:
+        """Admit waiting requests in queue order while budget, sequence cap and blocks allow."""
+        bs = self.bs
+        kv = self.kv
+        waiting = self.waiting
+        running = self.running
+        stats = self.stats
+        while waiting and budget > 0 and len(running) < self.max_seqs:
+            req = waiting.peek()
+            total = req.prompt_tokens + req.generated
+            hits = from_evictable = 0
+            hashes = req.block_hashes
+            if self.caching and hashes is not None:
+                hits, from_evictable = kv.match_prefix(hashes, (total - 1) // bs)
+            computed = hits * bs
+            n = total - computed
+            if n > budget:
+                if not self.chunked and req.generated == 0:
+                    break  # without chunked prefill a prompt goes in whole (recomputes are chunked)
+                n = budget
+            nb = _ceil_div(computed + n, bs) - hits
+            if nb > kv.free + len(kv.evictable) - from_evictable - need_dec:
+                break
+            waiting.popleft()
+            if hits:
+                shared = list(hashes[:hits])
+                kv.reference(shared)
+                req.shared_blocks = shared
+            kv.allocate(nb)
+            req.computed = computed
+            req.alloc_tokens = computed + n
+            req.private_blocks = nb
+            req.hashed_blocks = hits
+            req.phase = PREFILL
+            if req.first_scheduled_us < 0:
+                req.first_scheduled_us = now
+                req.cached_tokens = computed
+                stats.admitted += 1
+                stats.cached_tokens += computed
+                stats.prompt_tokens += req.prompt_tokens
+            running[req.request_id] = req
+            self.prefilling.append(req)
+            chunks.append((req, n))
+            budget -= n
+        return budget
+
+    # ------------------------------------------------------------------ end of simulation
+    def settle(self, horizon: int) -> None:
+        """At the horizon: apply the steps of a fast-forwarded run that ended by then."""
+        if self.plan_ends is None or not self.plan_steps:
+            return
+        k = int(np.searchsorted(self.plan_ends, horizon, side="right"))
+        if k == 0:
+            return
+        self.plan_steps = min(k, self.plan_steps)
+        self.plan_end = int(self.plan_ends[self.plan_steps - 1])
+        self._apply_plan(self.plan_end)
+
+    def in_flight(self) -> list[Request]:
+        """Requests still queued or running (unfinished at the end)."""
+        return list(self.running.values()) + list(self.waiting)
+
+    # ------------------------------------------------------------------ checks
+    def check_invariants(self) -> None:
+        """Raise SimulationError when a conservation law or limit is broken (used by the tests)."""
+        kv = self.kv
+        c = self.step_index
+        private = 0
+        referenced = sum(kv.refcount.values())
+        holders = 0
+        for req in self.running.values():
+            holders += len(req.shared_blocks)
+            if req.phase == DECODE:
+                alloc = req.prompt_tokens + req.decode_offset + c - 1
+                if self.plan_steps and not self.plan_blocks_pending:
+                    alloc += 1  # a single step's blocks are allocated when it is planned
+                private += _ceil_div(alloc, self.bs) - len(req.shared_blocks)
+            elif req.phase == PREFILL:
+                private += req.private_blocks
+            else:
+                raise SimulationError(f"request {req.request_id} in running with phase {req.phase}")
+        if holders != referenced:
+            raise SimulationError(f"instance {self.index}: {holders} block references held, cache counts {referenced}")
+        total = kv.free + len(kv.evictable) + len(kv.refcount) + private
+        if total != kv.total:
+            raise SimulationError(
+                f"instance {self.index}: blocks not conserved: free {kv.free} + evictable {len(kv.evictable)}"
+                f" + cached {len(kv.refcount)} + private {private} = {total} != {kv.total}"
+            )
+        if len(self.running) > self.max_seqs:
+            raise SimulationError(f"instance {self.index}: {len(self.running)} running > max_num_seqs")
+        if kv.free < 0:
+            raise SimulationError(f"instance {self.index}: negative free blocks")

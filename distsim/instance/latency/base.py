@@ -1,0 +1,81 @@
+"""The latency-model interface and its registry.
+
+A latency model turns the shape of one engine step into its duration in integer microseconds.
+The instance calls :meth:`LatencyModel.step_us` for steps that hold prefill work and
+:meth:`LatencyModel.decode_steps_us` for a stretch of decode-only steps that it fast-forwards.
+Both must agree exactly: ``decode_steps_us(b, ctx0, n)[j] == step_us(StepShape(0, 0, 0, b, ctx0 + j*b))``
+(a test checks every registered model). Rounding is ``floor(x + 0.5)`` in both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+
+class StepShape(NamedTuple):
+    """What one engine step computes.
+
+    prefill_tokens      prompt tokens computed in this step (sum of the prefill chunks)
+    prefill_attn_pairs  query-key pairs of prefill attention: per chunk of n tokens after c0 cached or
+                        computed tokens, n*c0 + n*(n+1)/2
+    prefill_kv_tokens   KV tokens the prefill chunks read or write: per chunk c0 + n
+    decode_seqs         sequences that decode one token in this step
+    decode_ctx          KV tokens the decoding sequences attend to (sum of their context lengths)
+    """
+
+    prefill_tokens: int
+    prefill_attn_pairs: int
+    prefill_kv_tokens: int
+    decode_seqs: int
+    decode_ctx: int
+
+
+class LatencyModel:
+    """Base class: subclasses implement both methods with the same arithmetic."""
+
+    def step_us(self, shape: StepShape) -> int:
+        raise NotImplementedError
+
+    def decode_steps_us(self, decode_seqs: int, decode_ctx0: int, count: int) -> np.ndarray:
+        """Durations (int64 microseconds) of ``count`` decode-only steps of ``decode_seqs`` sequences,
+        the j-th attending to ``decode_ctx0 + j * decode_seqs`` KV tokens."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class LatencyContext:
+    """What a latency model may be built from: the resolved catalog entries and engine settings."""
+
+    model: Any  # distsim.catalog.ModelSpec
+    hardware: Any  # distsim.catalog.HardwareSpec
+    tensor_parallel_size: int
+
+
+LatencyFactory = Callable[[Any, LatencyContext], LatencyModel]
+LATENCY_MODELS: dict[str, LatencyFactory] = {}
+
+
+def register_latency_model(kind: str) -> Callable[[LatencyFactory], LatencyFactory]:
+    def deco(factory: LatencyFactory) -> LatencyFactory:
+        LATENCY_MODELS[kind] = factory
+        return factory
+
+    return deco
+
+
+def build_latency_model(cfg: Any, ctx: LatencyContext, key: str = "cluster.latency") -> LatencyModel:
+    """Build the model named by ``cfg.kind`` (``cfg`` is the ``cluster.latency`` node)."""
+    from distsim.errors import ConfigError
+    from distsim.instance.latency import linear  # noqa: F401  (registers)
+
+    try:
+        from distsim.instance.latency import roofline  # noqa: F401  (registers)
+    except ImportError:  # pragma: no cover - roofline lands with the catalog
+        pass
+    factory = LATENCY_MODELS.get(cfg.kind)
+    if factory is None:
+        raise ConfigError(f"{key}.kind", f"unknown latency model {cfg.kind!r}; known: {', '.join(sorted(LATENCY_MODELS))}")
+    return factory(cfg, ctx)

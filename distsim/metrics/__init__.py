@@ -1,0 +1,1 @@
+"""Per-request records, aggregation into summary.json, and fitness."""

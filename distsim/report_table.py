@@ -1,0 +1,42 @@
+"""Plain-text rendering of a run's summary for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return f"{x:,}"
+
+
+def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
+    r = summary["requests"]
+    lines = [
+        f"requests  arrived {r['arrived']:,}  completed {r['completed']:,}  rejected {r['rejected']:,}  "
+        f"dropped {r['dropped']:,}  unfinished {r['unfinished']:,}  preempted {r['preempted']:,}",
+        "",
+        f"{'latency (ms)':<14}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
+    ]
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"):
+        d = summary[key]
+        lines.append(f"{key[:-3]:<14}" + "".join(f"{_fmt(d[q]):>10}" for q in ("mean", "p50", "p90", "p99", "max")))
+    t = summary["throughput"]
+    g = summary["goodput"]
+    lines += [
+        "",
+        f"throughput    {_fmt(t['requests_per_s'], 2)} req/s   {_fmt(t['input_tokens_per_s'], 0)} in tok/s   "
+        f"{_fmt(t['output_tokens_per_s'], 0)} out tok/s",
+        f"goodput       {_fmt(g['requests_per_s'], 2)} req/s   SLO attainment {_fmt(g['slo_attainment'], 3)}",
+        f"prefix cache hit rate {_fmt(summary['prefix_cache_hit_rate'], 3)}   GPU utilization "
+        f"{_fmt(summary['gpu_utilization'], 3)}   Jain fairness {_fmt(summary['jain_fairness'], 3)}",
+        f"cost          ${_fmt(summary['cost_usd_per_1k_tokens'], 5)} per 1k tokens",
+        f"fitness       {_fmt(summary['fitness'], 4)}",
+        f"simulated     {_fmt(summary['sim']['simulated_s'], 2)} s in {summary['sim']['events']:,} events (seed {summary['sim']['seed']})",
+    ]
+    if out_dir:
+        lines.append(f"outputs       {out_dir}")
+    return "\n".join(lines)

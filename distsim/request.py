@@ -1,0 +1,116 @@
+"""The request: what a workload emits and what flows through the cluster.
+
+Workload fields are set by the source and never changed afterwards. Runtime fields belong to the
+cluster and the instance that serves the request; only they write them. Times are integer
+microseconds of simulated time; ``-1`` means "not yet".
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Status(IntEnum):
+    """A request's final status (exactly one per request)."""
+
+    UNFINISHED = 0  # still queued or running when the simulation stopped (horizon)
+    COMPLETED = 1
+    REJECTED = 2  # refused by admission
+    DROPPED = 3  # can never fit on the instance it was sent to (KV cache or token budget)
+
+
+STATUS_NAMES = {s: s.name.lower() for s in Status}
+
+
+class Request:
+    """One inference request. ``__slots__`` keeps it small: a sweep holds millions of them."""
+
+    __slots__ = (
+        # workload fields
+        "request_id",
+        "arrival_us",
+        "prompt_tokens",
+        "output_tokens",
+        "tenant",
+        "slo_class",
+        "session_id",
+        "block_hashes",
+        "ttft_slo_ms",
+        "tpot_slo_ms",
+        "priority",
+        # runtime fields (cluster and instance)
+        "status",
+        "instance",
+        "prefill_instance",
+        "enqueue_us",
+        "first_scheduled_us",
+        "first_token_us",
+        "completion_us",
+        "last_token_us",
+        "generated",
+        "computed",
+        "cached_tokens",
+        "preemptions",
+        "shared_blocks",
+        "private_blocks",
+        "alloc_tokens",
+        "decode_offset",
+        "decode_epoch",
+        "phase",
+        "hashed_blocks",
+    )
+
+    def __init__(
+        self,
+        request_id: int,
+        arrival_us: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        *,
+        tenant: int = 0,
+        slo_class: str = "default",
+        session_id: int = -1,
+        block_hashes: tuple | None = None,
+        ttft_slo_ms: float | None = None,
+        tpot_slo_ms: float | None = None,
+        priority: int = 0,
+    ):
+        self.request_id = request_id
+        self.arrival_us = arrival_us
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.tenant = tenant
+        self.slo_class = slo_class
+        self.session_id = session_id
+        # One hashable key per *full* block of the prompt at the engine's block size; equal keys at
+        # position k mean equal prompt content up to the end of block k (chained hashes). None: unique
+        # content that no other request shares, so nothing to look up in a prefix cache.
+        self.block_hashes = block_hashes
+        self.ttft_slo_ms = ttft_slo_ms
+        self.tpot_slo_ms = tpot_slo_ms
+        self.priority = priority
+        self.status = Status.UNFINISHED
+        self.instance = -1
+        self.prefill_instance = -1
+        self.enqueue_us = -1
+        self.first_scheduled_us = -1
+        self.first_token_us = -1
+        self.completion_us = -1
+        self.last_token_us = -1
+        self.generated = 0  # output tokens emitted so far
+        self.computed = 0  # tokens whose KV is computed (vLLM's num_computed_tokens)
+        self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
+        self.preemptions = 0
+        self.shared_blocks: list = []  # hash keys of cache blocks this request holds a reference on
+        self.private_blocks = 0  # blocks held outside the prefix cache (prefill phase bookkeeping)
+        self.alloc_tokens = 0  # tokens with KV slots allocated (prefill phase bookkeeping)
+        self.decode_offset = 0  # decode phase: generated = decode_offset + instance step index
+        self.decode_epoch = -1  # decode phase: bumps on every (re)join, invalidates stale heap entries
+        self.phase = 0  # instance-side phase: 0 waiting, 1 prefill, 2 decode, 3 done
+        self.hashed_blocks = 0  # prompt blocks already offered to the prefix cache
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(id={self.request_id}, t={self.arrival_us}us, in={self.prompt_tokens}, "
+            f"out={self.output_tokens}, status={self.status.name})"
+        )

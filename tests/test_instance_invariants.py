@@ -1,0 +1,204 @@
+"""Instance invariants, property-based: KV conservation, batch limits, causality, final status,
+and fast-forwarded decode runs equal to stepping one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from simkit import engine, run
+
+from distsim.instance.instance import Instance
+from distsim.instance.latency.linear import LinearLatency
+from distsim.request import Request
+
+COLS = ["first_token_ms", "completion_ms", "queue_ms", "preemptions", "cached_tokens", "status", "instance"]
+
+
+def make_requests(seed: int, n: int, rate_per_us: float, pmax: int, dmax: int, bs: int, share: float) -> list[Request]:
+    rng = np.random.default_rng(seed)
+    t = 0
+    out = []
+    for i in range(n):
+        t += int(rng.exponential(1 / rate_per_us))
+        p = int(rng.integers(1, pmax + 1))
+        d = int(rng.integers(1, dmax + 1))
+        hashes = None
+        if rng.random() < share:  # shares a prefix chain with other requests of its group
+            group = int(rng.integers(0, 3))
+            hashes = tuple(group * 1000 + k for k in range(p // bs))
+        out.append(Request(i, t, p, d, block_hashes=hashes))
+    return out
+
+
+class BatchLimitProbe:
+    """Wraps an instance's planner and checks every planned step against the engine limits."""
+
+    def __init__(self, inst: Instance):
+        self.inst = inst
+        self.steps = 0
+        original = inst._plan_next
+
+        def planned(now):
+            original(now)
+            if inst.plan_steps:
+                tokens = sum(n for _, n in inst.plan_chunks) + inst.plan_decoders
+                assert tokens <= inst.max_tokens, f"{tokens} tokens > budget {inst.max_tokens}"
+                assert len(inst.running) <= inst.max_seqs
+                assert inst.plan_decoders + len(inst.plan_chunks) <= inst.max_seqs
+                self.steps += 1
+
+        inst._plan_next = planned
+
+
+configs = st.fixed_dictionaries(
+    {
+        "seed": st.integers(0, 10_000),
+        "n": st.integers(1, 120),
+        "rate": st.sampled_from([1e-4, 1e-3, 5e-3]),
+        "pmax": st.integers(1, 90),
+        "dmax": st.integers(1, 60),
+        "bs": st.sampled_from([1, 2, 4, 16]),
+        "blocks": st.integers(30, 200),
+        "seqs": st.integers(1, 10),
+        "tokens_extra": st.integers(0, 60),
+        "chunked": st.booleans(),
+        "caching": st.booleans(),
+        "share": st.sampled_from([0.0, 0.5, 1.0]),
+        "instances": st.integers(1, 3),
+    }
+)
+
+
+def _params(c):
+    return engine(
+        max_num_seqs=c["seqs"],
+        max_num_batched_tokens=max(c["seqs"], 8) + c["tokens_extra"],
+        block_size=c["bs"],
+        total_kv_blocks=c["blocks"],
+        enable_chunked_prefill=c["chunked"],
+        enable_prefix_caching=c["caching"],
+    )
+
+
+def _requests(c):
+    return make_requests(c["seed"], c["n"], c["rate"], c["pmax"], c["dmax"], c["bs"], c["share"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs)
+def test_invariants_hold_after_every_event(c):
+    params = _params(c)
+    reqs = _requests(c)
+    sim = run(reqs, params, instances=c["instances"], check_every_event=True)  # KV conservation per event
+    df = sim.recorder.table()
+    # every request ends in exactly one final status
+    assert len(df) == len(reqs) and df["request_id"].is_unique
+    assert set(df["status"]) <= {"completed", "dropped"}
+    done = df[df["status"] == "completed"]
+    # causality: arrival <= enqueue <= first scheduled <= first token <= completion
+    assert (done["queue_ms"] >= 0).all()
+    assert (done["arrival_ms"] + done["queue_ms"] <= done["first_token_ms"]).all()
+    assert (done["first_token_ms"] <= done["completion_ms"]).all()
+    assert (done["first_token_ms"] > done["arrival_ms"]).all()
+    # all blocks come back at the end
+    for inst in sim.cluster.instances:
+        assert inst.kv.used() == 0 and not inst.running and not inst.waiting
+        assert inst.kv.free + len(inst.kv.evictable) == inst.kv.total
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs)
+def test_batch_limits_hold_for_every_step(c):
+    import simkit
+
+    params = _params(c)
+    probes: list[BatchLimitProbe] = []
+    original_init = Instance.__init__
+
+    def init(self, *a, **kw):
+        original_init(self, *a, **kw)
+        probes.append(BatchLimitProbe(self))
+
+    Instance.__init__ = init
+    try:
+        sim = simkit.run(_requests(c), params, instances=c["instances"], fast_forward=False)
+    finally:
+        Instance.__init__ = original_init
+    completed = sum(i.stats.completed for i in sim.cluster.instances)
+    assert sum(p.steps for p in probes) >= (1 if completed else 0)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs)
+def test_fast_forward_equals_stepping_one_by_one(c):
+    params = _params(c)
+    a = run(_requests(c), params, instances=c["instances"], fast_forward=True)
+    b = run(_requests(c), params, instances=c["instances"], fast_forward=False)
+    ta, tb = a.recorder.table(), b.recorder.table()
+    pd.testing.assert_frame_equal(ta, tb)
+    for ia, ib in zip(a.cluster.instances, b.cluster.instances):
+        assert ia.stats.busy_us == ib.stats.busy_us
+        assert ia.stats.steps == ib.stats.steps
+        assert ia.stats.decode_tokens == ib.stats.decode_tokens
+        assert ia.stats.peak_used_blocks == ib.stats.peak_used_blocks
+        assert ia.kv.evictions == ib.kv.evictions
+    assert a.loop.events <= b.loop.events
+
+
+def test_fast_forward_skips_most_decode_steps():
+    reqs = [Request(i, i * 50_000, 64, 400) for i in range(50)]
+    params = engine(max_num_seqs=64, max_num_batched_tokens=256, block_size=16, total_kv_blocks=10_000)
+    a = run(reqs, params, fast_forward=True)
+    b = run([Request(i, i * 50_000, 64, 400) for i in range(50)], params, fast_forward=False)
+    assert b.loop.events > 5 * a.loop.events
+    assert a.cluster.instances[0].stats.steps == b.cluster.instances[0].stats.steps
+
+
+def test_request_that_can_never_fit_is_dropped_not_looped_on():
+    params = engine(block_size=4, total_kv_blocks=10)  # 40 tokens of KV
+    reqs = [Request(0, 0, 30, 20), Request(1, 10, 10, 5)]  # 49 tokens need 13 blocks
+    df = run(reqs, params).recorder.table()
+    assert list(df["status"]) == ["dropped", "completed"]
+
+
+def test_preemption_by_recompute_frees_and_requeues():
+    # two long decoders on a tiny cache: the newer one is preempted and recomputes later
+    params = engine(max_num_seqs=4, max_num_batched_tokens=64, block_size=4, total_kv_blocks=20)
+    reqs = [Request(0, 0, 8, 60), Request(1, 1, 8, 60)]
+    sim = run(reqs, params, check_every_event=True)
+    df = sim.recorder.table()
+    assert (df["status"] == "completed").all()
+    assert df.loc[df.request_id == 1, "preemptions"].item() >= 1
+    assert df.loc[df.request_id == 0, "preemptions"].item() == 0
+    assert sim.cluster.instances[0].stats.preemptions >= 1
+
+
+def test_prefix_cache_hits_skip_prefill_compute():
+    bs = 4
+    shared = tuple(range(10))  # 40 shared tokens
+    params = engine(block_size=bs, total_kv_blocks=200, max_num_batched_tokens=128)
+    lat = LinearLatency(100.0, 10.0, 1.0)
+    reqs = [Request(0, 0, 44, 2, block_hashes=shared), Request(1, 1_000_000, 44, 2, block_hashes=shared)]
+    df = run(reqs, params, lat).recorder.table()
+    assert df["cached_tokens"].tolist() == [0, 40]
+    # second prefill computes 4 tokens instead of 44
+    assert df["ttft_ms"].tolist() == [(100 + 10 * 44) / 1000, (100 + 10 * 4) / 1000]
+
+
+def test_full_prompt_hit_still_computes_the_last_token():
+    bs = 4
+    shared = tuple(range(10))  # prompt of exactly 40 tokens, all blocks cached
+    params = engine(block_size=bs, total_kv_blocks=200)
+    reqs = [Request(0, 0, 40, 2, block_hashes=shared), Request(1, 1_000_000, 40, 2, block_hashes=shared)]
+    df = run(reqs, params).recorder.table()
+    assert df["cached_tokens"].tolist() == [0, 36]
+
+
+def test_chunked_prefill_splits_a_long_prompt():
+    params = engine(max_num_batched_tokens=16, max_num_seqs=4, block_size=4, total_kv_blocks=100)
+    lat = LinearLatency(100.0, 1.0, 1.0)
+    df = run([Request(0, 0, 50, 1)], params, lat).recorder.table()
+    # 16 + 16 + 16 + 2 tokens: four steps
+    assert df["ttft_ms"].item() == (4 * 100 + 50) / 1000
