@@ -55,11 +55,12 @@ def _check_engine(engine: Any, key: str) -> None:
 
 
 def _merged(base: Any, overrides: Any, key: str) -> DictConfig:
-    merged = OmegaConf.merge(base, overrides or {})
-    extra = set(OmegaConf.to_container(overrides or {}, resolve=True)) - set(base.keys())
+    overrides = overrides or {}
+    keys = overrides.keys() if isinstance(overrides, (dict, DictConfig)) else ()
+    extra = set(keys) - set(base.keys())
     if extra:
         raise ConfigError(f"{key}.{sorted(extra)[0]}", f"unknown key; known: {', '.join(sorted(base.keys()))}")
-    return merged
+    return OmegaConf.merge(base, overrides)
 
 
 def resolve_pools(cluster: Any) -> list[PoolSpec]:

@@ -180,12 +180,20 @@ class Instance:
             self.plan_steps = 0
             self.version += 1
             self.loop.schedule(now, self.priority, self._on_event, self.version)
-        elif self.plan_ends is not None and self.waiting.peek() is req and len(self.running) < self.max_seqs:
+        elif self.plan_durations is not None and self.waiting.peek() is req and len(self.running) < self.max_seqs:
             self._cut_run(now)
+
+    def _run_ends(self) -> np.ndarray:
+        """End times of the steps of the planned run (computed only when a run is cut)."""
+        if self.plan_ends is None:
+            ends = np.cumsum(self.plan_durations)
+            ends += self.plan_begin
+            self.plan_ends = ends
+        return self.plan_ends
 
     def _cut_run(self, now: int) -> None:
         """End the fast-forwarded run at the first step boundary at or after ``now``."""
-        ends = self.plan_ends
+        ends = self._run_ends()
         idx = int(np.searchsorted(ends, now, side="left"))
         if idx < self.plan_steps - 1:
             self.plan_steps = idx + 1
@@ -363,13 +371,11 @@ class Instance:
             run = self._decode_run_length(c, need_dec)
             if run > 1:
                 durations = self.latency.decode_steps_us(b, self.dec_ctx_base + b * c, run)
-                ends = np.cumsum(durations)
-                ends += now
                 self.plan_steps = run
                 self.plan_durations = durations
-                self.plan_ends = ends
+                self.plan_ends = None
                 self.plan_blocks_pending = True
-                self.plan_end = int(ends[-1])
+                self.plan_end = now + int(durations.sum())
                 self.version += 1
                 self.loop.schedule(self.plan_end, self.priority, self._on_event, self.version)
                 return
@@ -520,13 +526,14 @@ class Instance:
     # ------------------------------------------------------------------ end of simulation
     def settle(self, horizon: int) -> None:
         """At the horizon: apply the steps of a fast-forwarded run that ended by then."""
-        if self.plan_ends is None or not self.plan_steps:
+        if self.plan_durations is None or not self.plan_steps:
             return
-        k = int(np.searchsorted(self.plan_ends, horizon, side="right"))
+        ends = self._run_ends()
+        k = int(np.searchsorted(ends, horizon, side="right"))
         if k == 0:
             return
         self.plan_steps = min(k, self.plan_steps)
-        self.plan_end = int(self.plan_ends[self.plan_steps - 1])
+        self.plan_end = int(ends[self.plan_steps - 1])
         self._apply_plan(self.plan_end)
 
     def in_flight(self) -> list[Request]:

@@ -1,0 +1,128 @@
+"""GPU specs from the shipped catalog (``data/hardware.json``), each number with its source there.
+
+The roofline needs peak dense bf16 FLOP/s, memory bandwidth, the GPU-to-GPU link and the achievable
+fractions of the peaks; the capacity derivation needs memory size; cost metrics need a price. The file
+is validated on load so that a bad edit fails loudly instead of producing nonsense latencies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from distsim.errors import ConfigError
+
+_FILE = "hardware.json"
+_REQUIRED = (
+    "bf16_tflops",
+    "hbm_bw_tbps",
+    "memory_bytes",
+    "link_gbps_per_dir",
+    "price_usd_per_gpu_hour",
+    "compute_efficiency_default",
+    "memory_efficiency_default",
+)
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One GPU. Units: TFLOP/s (1e12), TB/s (1e12 B/s), bytes, GB/s per direction (1e9 B/s), USD/h, W."""
+
+    name: str
+    bf16_tflops: float
+    hbm_bw_tbps: float
+    memory_bytes: int
+    link_gbps_per_dir: float
+    price_usd_per_gpu_hour: float
+    compute_efficiency_default: float
+    memory_efficiency_default: float
+    tdp_w: float | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def peak_flops(self) -> float:
+        return self.bf16_tflops * 1e12
+
+    @property
+    def mem_bw_bytes_per_s(self) -> float:
+        return self.hbm_bw_tbps * 1e12
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        return self.link_gbps_per_dir * 1e9
+
+
+def _value(entry: dict[str, Any], field: str, gpu: str) -> Any:
+    item = entry.get(field)
+    if not isinstance(item, dict) or "value" not in item:
+        raise ValueError(f"{_FILE}: {gpu}.{field} must be an object with a 'value'")
+    return item["value"]
+
+
+def _positive(value: Any, field: str, gpu: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{_FILE}: {gpu}.{field} must be a positive number (got {value!r})")
+    return value
+
+
+def _parse(name: str, entry: dict[str, Any]) -> HardwareSpec:
+    v = {f: _positive(_value(entry, f, name), f, name) for f in _REQUIRED}
+    for f in ("compute_efficiency_default", "memory_efficiency_default"):
+        if v[f] > 1:
+            raise ValueError(f"{_FILE}: {name}.{f} must be in (0, 1] (got {v[f]})")
+    if not isinstance(v["memory_bytes"], int):
+        raise ValueError(f"{_FILE}: {name}.memory_bytes must be an integer")
+    tdp = entry.get("tdp_w", {}).get("value")
+    if tdp is not None:
+        tdp = _positive(tdp, "tdp_w", name)
+    return HardwareSpec(name=name, tdp_w=tdp, aliases=tuple(entry.get("aliases", ())), **v)
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, HardwareSpec]:
+    text = resources.files("distsim.catalog").joinpath("data", _FILE).read_text(encoding="utf-8")
+    gpus = json.loads(text)["gpus"]
+    return {name: _parse(name, entry) for name, entry in gpus.items()}
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+@lru_cache(maxsize=1)
+def _lookup() -> dict[str, str]:
+    """Normalised name or alias (case, spaces, dashes ignored) -> catalog name."""
+    table: dict[str, str] = {}
+    for name, spec in _catalog().items():
+        for alias in (name, *spec.aliases):
+            table[_norm(alias)] = name
+    return table
+
+
+HARDWARE_NAMES: tuple[str, ...] = (
+    "H100",
+    "H200",
+    "A100-80G",
+    "L40S",
+    "B200",
+    "MI300X",
+    "RTX4090",
+    "RTXPRO6000",
+)
+
+
+def load_hardware(name: str, key: str = "cluster.hardware") -> HardwareSpec:
+    """A catalog GPU by name or alias, case-insensitive (e.g. "H100", "h100-sxm-80g", "RTX PRO 6000")."""
+    canonical = _lookup().get(_norm(str(name)))
+    if canonical is None:
+        raise ConfigError(key, f"unknown hardware {name!r}; known: {', '.join(HARDWARE_NAMES)}")
+    return _catalog()[canonical]

@@ -1,0 +1,517 @@
+"""Model architectures read from HuggingFace ``config.json`` files.
+
+The simulator needs a handful of numbers per model: bytes of weights per GPU (what a decode step reads
+and what fills GPU memory), bytes of KV cache per token (what limits the batch), and FLOPs per token and
+per attention pair (what a prefill step computes). All of them follow from the architecture in the HF
+config, so the catalog ships those configs unchanged and derives everything here.
+
+Conventions (documented because each is a modelling choice):
+
+* Every MLP is gated (SwiGLU: gate, up and down projections, 3 x hidden x intermediate), as in all
+  shipped models.
+* Tensor parallelism shards attention heads, MLP/expert intermediate dims and the vocabulary (embedding
+  and lm_head, as vLLM's vocab-parallel layers do); norms, the MoE router and MLA's ``kv_a`` projection
+  are replicated. K/V heads are sharded when ``num_kv_heads >= tp`` and replicated (one head per GPU)
+  otherwise; MLA's compressed latent is replicated on every rank.
+* KV cache dtype equals the weight dtype (vLLM's ``kv_cache_dtype=auto``). MLA caches one latent of
+  ``kv_lora_rank + qk_rope_head_dim`` values per layer and token, not per head.
+* Sliding-window layers (gpt-oss alternates them with full layers) hold at most ``sliding_window``
+  tokens per sequence, so :attr:`ModelSpec.kv_bytes_per_token` counts only full-attention layers and
+  the bounded window cache is reported per sequence by :meth:`ModelSpec.kv_window_bytes_per_seq_per_gpu`.
+* MXFP4-quantised experts (gpt-oss) store 4.25 bits per weight: 4-bit FP4 values plus one 8-bit shared
+  scale per block of 32 (OCP Microscaling Formats spec v1.0). Other quantisation methods are refused
+  rather than silently sized as bf16.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from distsim.errors import ConfigError, InputFileError
+
+MXFP4_BYTES_PER_PARAM = 4.25 / 8  # OCP MX spec v1.0: 32 x FP4 (4 bit) + one E8M0 scale (8 bit) per block
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model's architecture and the parameter counts derived from it (weights in ``dtype_bytes``)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    dtype_bytes: int
+    tie_word_embeddings: bool = False
+    # Mixture of experts (num_experts == 0: dense)
+    num_experts: int = 0
+    experts_per_token: int = 0
+    num_shared_experts: int = 0
+    moe_intermediate_size: int = 0
+    num_moe_layers: int = 0
+    first_k_dense_replace: int = 0
+    expert_weight_bytes: float = 2.0  # bytes per routed-expert weight (0.53125 for MXFP4)
+    # Multi-head latent attention (kv_lora_rank == 0: not MLA)
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    # Sliding-window attention layers
+    sliding_window: int = 0
+    num_sliding_layers: int = 0
+    # Parameter groups (counts), see _derive_params
+    attn_sharded_params: int = 0  # per layer: Q, O (and MLA's kv_b), biases, sinks
+    kv_proj_params: int = 0  # per layer: K and V projections (replicated when num_kv_heads < tp)
+    layer_replicated_params: int = 0  # per layer: norms, MLA kv_a projection
+    dense_mlp_params: int = 0  # per dense layer
+    expert_params: int = 0  # per routed expert, per MoE layer
+    shared_expert_params: int = 0  # all shared experts of one MoE layer
+    router_params: int = 0  # per MoE layer
+    embed_params: int = 0
+    lm_head_params: int = 0  # 0 when tied to the embedding
+    final_norm_params: int = 0
+    active_matmul_params: int = 0  # matmul weights one token multiplies, lm_head excluded
+
+    # ---- whole-model figures -------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        return self.num_layers - self.num_sliding_layers
+
+    @property
+    def total_params(self) -> int:
+        per_layer = self.attn_sharded_params + self.kv_proj_params + self.layer_replicated_params
+        moe = self.num_experts * self.expert_params + self.shared_expert_params + self.router_params
+        return (
+            self.num_layers * per_layer
+            + self.num_dense_layers * self.dense_mlp_params
+            + self.num_moe_layers * moe
+            + self.embed_params
+            + self.lm_head_params
+            + self.final_norm_params
+        )
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: all but the routed experts it is not sent to (embedding counted)."""
+        idle = self.num_moe_layers * (self.num_experts - self.experts_per_token) * self.expert_params
+        return self.total_params - idle
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV cache bytes one token adds over the whole model (full-attention layers; MLA: the latent)."""
+        if self.is_mla:
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
+        return self.num_full_attention_layers * 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    # ---- tensor parallelism -------------------------------------------------------------------
+    def check_tensor_parallel(self, tp: int, key: str = "cluster.engine.tensor_parallel_size") -> None:
+        """Refuse a TP degree vLLM would refuse: heads must split evenly, K/V heads split or replicate."""
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ConfigError(key, f"must be an integer >= 1 (got {tp!r})")
+        if self.num_attention_heads % tp:
+            raise ConfigError(
+                key, f"{self.name} has {self.num_attention_heads} attention heads, not divisible by {tp}"
+            )
+        if not self.is_mla and self.num_kv_heads % tp and tp % self.num_kv_heads:
+            raise ConfigError(
+                key,
+                f"{self.name} has {self.num_kv_heads} KV heads: tensor_parallel_size must divide it or be a multiple of it (got {tp})",
+            )
+
+    def kv_heads_per_gpu(self, tp: int) -> float:
+        """K/V heads each rank holds: sharded while there are enough, else one replicated head."""
+        return self.num_kv_heads / tp if self.num_kv_heads >= tp else 1.0
+
+    def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
+        if self.is_mla:
+            return float(self.kv_bytes_per_token)  # the latent is replicated on every rank
+        per_head = self.num_full_attention_layers * 2 * self.head_dim * self.dtype_bytes
+        return per_head * self.kv_heads_per_gpu(tp)
+
+    def window_kv_bytes_per_token_per_gpu(self, tp: int) -> float:
+        """KV bytes per token over the sliding-window layers only (0 without such layers)."""
+        return self.num_sliding_layers * 2 * self.head_dim * self.dtype_bytes * self.kv_heads_per_gpu(tp)
+
+    def kv_window_bytes_per_seq_per_gpu(self, tp: int) -> float:
+        """Most KV bytes one sequence holds in the sliding-window layers (a full window)."""
+        return self.window_kv_bytes_per_token_per_gpu(tp) * self.sliding_window
+
+    def expert_bytes_per_gpu(self, tp: int) -> float:
+        """Bytes of one routed expert of one layer on one rank (expert MLPs are sharded over TP)."""
+        return self.expert_params * self.expert_weight_bytes / tp
+
+    def routed_expert_bytes_per_gpu(self, tp: int) -> float:
+        return self.num_moe_layers * self.num_experts * self.expert_bytes_per_gpu(tp)
+
+    def weight_bytes_per_gpu(self, tp: int) -> int:
+        """Bytes of weights resident on each of the ``tp`` ranks."""
+        kv_share = self.kv_heads_per_gpu(tp) / self.num_kv_heads
+        per_layer = (
+            self.attn_sharded_params / tp + self.kv_proj_params * kv_share + self.layer_replicated_params
+        )
+        dense = self.num_dense_layers * self.dense_mlp_params / tp
+        moe = self.num_moe_layers * (self.shared_expert_params / tp + self.router_params)
+        vocab = (self.embed_params + self.lm_head_params) / tp
+        params = self.num_layers * per_layer + dense + moe + vocab + self.final_norm_params
+        return int(round(params * self.dtype_bytes + self.routed_expert_bytes_per_gpu(tp)))
+
+    def non_expert_weight_bytes_per_gpu(self, tp: int) -> float:
+        """Weight bytes every step reads whatever the routing: all but the routed experts."""
+        return self.weight_bytes_per_gpu(tp) - self.routed_expert_bytes_per_gpu(tp)
+
+    # ---- MoE routing --------------------------------------------------------------------------
+    def expected_experts_touched(self, tokens: int) -> float:
+        """Expected distinct experts one MoE layer activates for ``tokens`` tokens.
+
+        Each token picks ``k`` of ``E`` experts; treating the picks as uniform and independent, an
+        expert is missed by one token with probability ``1 - k/E``, so ``E * (1 - (1 - k/E)**n)``
+        experts are touched. Real routers are skewed, which touches fewer; this is an upper-side guess.
+        """
+        if not self.is_moe or tokens <= 0:
+            return 0.0
+        e = self.num_experts
+        return e * (1.0 - (1.0 - self.experts_per_token / e) ** tokens)
+
+    def weight_bytes_read_per_gpu(self, tp: int, tokens: int) -> float:
+        """Weight bytes one step of ``tokens`` tokens reads per rank (MoE: only the touched experts)."""
+        if not self.is_moe:
+            return float(self.weight_bytes_per_gpu(tp))
+        touched = self.expected_experts_touched(tokens)
+        return self.non_expert_weight_bytes_per_gpu(
+            tp
+        ) + self.num_moe_layers * touched * self.expert_bytes_per_gpu(tp)
+
+    # ---- FLOPs --------------------------------------------------------------------------------
+    def linear_flops_per_token(self, include_lm_head: bool = True) -> int:
+        """Matmul FLOPs of one token (2 per weight); the embedding lookup is not a matmul.
+
+        vLLM computes logits only at sampled positions, so a caller may leave the lm_head out for
+        prefill tokens that are not the last of their prompt.
+        """
+        head = self.vocab_size * self.hidden_size if include_lm_head else 0
+        return 2 * (self.active_matmul_params + head)
+
+    def attn_flops_per_pair(self) -> int:
+        """FLOPs of one query-key pair over the full-attention layers (QK^T and AV, 2 FLOPs per MAC).
+
+        Standard: 4 x heads x head_dim per layer. MLA as computed in prefill (K and V materialised):
+        2 x heads x (qk_nope + qk_rope) for QK^T plus 2 x heads x v_head_dim for AV.
+        """
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            return self.num_layers * 2 * self.num_attention_heads * (qk + self.v_head_dim)
+        return self.num_full_attention_layers * 4 * self.num_attention_heads * self.head_dim
+
+    def attn_flops_per_decode_pair(self) -> int:
+        """Like :meth:`attn_flops_per_pair` for a decode query. MLA decodes in the weight-absorbed form
+        (attention runs over the latent): 2 x heads x (kv_lora_rank + qk_rope) + 2 x heads x kv_lora_rank.
+        """
+        if self.is_mla:
+            width = (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            return self.num_layers * 2 * self.num_attention_heads * width
+        return self.attn_flops_per_pair()
+
+    def attn_window_flops_per_token(self) -> int:
+        """Upper bound of sliding-window attention FLOPs per query token: a full window in each such layer."""
+        return self.num_sliding_layers * 4 * self.num_attention_heads * self.head_dim * self.sliding_window
+
+
+# ---- reading HF config.json ---------------------------------------------------------------------
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read one config.json; a missing file or broken JSON is the user's file error."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputFileError(str(path), "no such model config file") from None
+    except OSError as err:
+        raise InputFileError(str(path), f"cannot read: {err.strerror or err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputFileError(str(path), f"not valid JSON: {err.msg}", err.lineno) from None
+    if not isinstance(data, dict):
+        raise InputFileError(str(path), "expected a JSON object (a HuggingFace config.json)")
+    return data
+
+
+class _Reader:
+    """Typed field access that names the file and the rule in every error."""
+
+    def __init__(self, cfg: dict[str, Any], where: str, key: str):
+        self.cfg, self.where, self.key = cfg, where, key
+
+    def fail(self, rule: str) -> ConfigError:
+        return ConfigError(self.key, f"{self.where}: {rule}")
+
+    def int(self, name: str, default: int | None = None, minimum: int = 1) -> int:
+        value = self.cfg.get(name)
+        if value is None:
+            if default is None:
+                raise self.fail(f"missing required field '{name}'")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"'{name}' must be an integer (got {value!r})")
+        if value < minimum:
+            raise self.fail(f"'{name}' must be >= {minimum} (got {value})")
+        return value
+
+    def first_int(self, names: tuple[str, ...], minimum: int = 0) -> int:
+        for name in names:
+            if self.cfg.get(name) is not None:
+                return self.int(name, minimum=minimum)
+        return 0
+
+
+def _dtype_bytes(r: _Reader) -> int:
+    name = r.cfg.get("torch_dtype") or r.cfg.get("dtype") or "bfloat16"
+    if name not in _DTYPE_BYTES:
+        raise r.fail(f"unsupported weight dtype '{name}' (known: {', '.join(sorted(_DTYPE_BYTES))})")
+    return _DTYPE_BYTES[name]
+
+
+def _expert_weight_bytes(r: _Reader, dtype_bytes: int) -> float:
+    quant = r.cfg.get("quantization_config")
+    if not quant:
+        return float(dtype_bytes)
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if method == "mxfp4":  # gpt-oss: experts in MXFP4; attention, router, embedding and lm_head stay bf16
+        return MXFP4_BYTES_PER_PARAM
+    raise r.fail(f"quantization method {method!r} is not supported (only unquantised bf16/fp16 and mxfp4)")
+
+
+def _sliding_layers(r: _Reader, num_layers: int) -> tuple[int, int]:
+    """(window, number of sliding-window layers) from the config's conventions."""
+    cfg = r.cfg
+    window = cfg.get("sliding_window")
+    if cfg.get("layer_types"):
+        n = sum(1 for t in cfg["layer_types"] if t == "sliding_attention")
+    elif window and cfg.get("use_sliding_window") is True:  # Qwen2: layers from max_window_layers on
+        n = num_layers - r.int("max_window_layers", default=num_layers, minimum=0)
+    elif window and "use_sliding_window" not in cfg:  # Mistral-style: every layer
+        n = num_layers
+    else:
+        n = 0
+    if n == 0:
+        return 0, 0
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise r.fail(
+            f"'sliding_window' must be a positive integer when sliding layers exist (got {window!r})"
+        )
+    return window, max(0, min(n, num_layers))
+
+
+def _moe_layer_count(r: _Reader, num_layers: int, num_experts: int, first_k: int) -> int:
+    if num_experts == 0:
+        return 0
+    dense_only = set(r.cfg.get("mlp_only_layers") or [])
+    step = r.int("decoder_sparse_step", default=1)
+    freq = r.int("moe_layer_freq", default=1)
+    return sum(
+        1
+        for i in range(num_layers)
+        if i >= first_k and i not in dense_only and (i + 1) % step == 0 and i % freq == 0
+    )
+
+
+def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = "cluster.model") -> ModelSpec:
+    """Validate an HF config dict and derive a :class:`ModelSpec` (``where`` names the file in errors)."""
+    r = _Reader(cfg, where, key)
+    layers = r.int("num_hidden_layers")
+    hidden = r.int("hidden_size")
+    heads = r.int("num_attention_heads")
+    kv_heads = r.int("num_key_value_heads", default=heads)
+    if heads % kv_heads:
+        raise r.fail(f"num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})")
+    if cfg.get("head_dim") is not None:
+        head_dim = r.int("head_dim")
+    else:
+        if hidden % heads:
+            raise r.fail(
+                f"hidden_size ({hidden}) must be divisible by num_attention_heads ({heads}) when head_dim is absent"
+            )
+        head_dim = hidden // heads
+    inter = r.int("intermediate_size")
+    vocab = r.int("vocab_size")
+    dtype = _dtype_bytes(r)
+    model_type = str(cfg.get("model_type", ""))
+
+    experts = r.first_int(("num_local_experts", "num_experts", "n_routed_experts"))
+    top_k = r.first_int(("num_experts_per_tok", "experts_per_token", "moe_topk")) if experts else 0
+    if experts and top_k < 1:
+        raise r.fail("a mixture-of-experts model needs num_experts_per_tok >= 1")
+    if top_k > experts:
+        raise r.fail(f"experts per token ({top_k}) exceeds the number of experts ({experts})")
+    moe_inter = r.int("moe_intermediate_size", default=inter) if experts else 0
+    first_k = r.int("first_k_dense_replace", default=0, minimum=0) if experts else 0
+    n_shared = r.int("n_shared_experts", default=0, minimum=0) if experts else 0
+    shared_inter = n_shared * moe_inter
+    if experts and cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one wide shared expert
+        shared_inter, n_shared = r.int("shared_expert_intermediate_size"), 1
+    moe_layers = _moe_layer_count(r, layers, experts, first_k)
+    window, sliding = _sliding_layers(r, layers)
+
+    # --- attention parameters per layer
+    kv_lora = r.int("kv_lora_rank", default=0, minimum=0)
+    mla = {}
+    if kv_lora:
+        q_lora = r.int("q_lora_rank", default=0, minimum=0)
+        rope = r.int("qk_rope_head_dim")
+        nope = r.int("qk_nope_head_dim")
+        v_dim = r.int("v_head_dim")
+        q_out = heads * (nope + rope)
+        q = hidden * q_lora + q_lora * q_out if q_lora else hidden * q_out
+        kv_a = hidden * (kv_lora + rope)
+        kv_b = kv_lora * heads * (nope + v_dim)
+        o = heads * v_dim * hidden
+        q_a = hidden * q_lora + q_lora if q_lora else 0  # q down-projection and its norm (replicated)
+        attn_sharded, kv_proj = kv_b + o + (q - hidden * q_lora), 0
+        attn_replicated = kv_a + kv_lora + q_a  # kv_a projection and its norm are replicated too
+        attn_matmul = q + kv_a + kv_b + o
+        mla = dict(
+            kv_lora_rank=kv_lora,
+            q_lora_rank=q_lora,
+            qk_rope_head_dim=rope,
+            qk_nope_head_dim=nope,
+            v_head_dim=v_dim,
+        )
+    else:
+        qkv_bias = bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe")))
+        o_bias = bool(cfg.get("attention_bias", False))
+        q = hidden * heads * head_dim + (heads * head_dim if qkv_bias else 0)
+        kv_proj = 2 * (hidden * kv_heads * head_dim + (kv_heads * head_dim if qkv_bias else 0))
+        o = heads * head_dim * hidden + (hidden if o_bias else 0)
+        sinks = heads if model_type == "gpt_oss" else 0  # gpt-oss: one learned attention sink per head
+        attn_sharded, attn_replicated = q + o + sinks, 0
+        attn_matmul = hidden * heads * head_dim * 2 + 2 * hidden * kv_heads * head_dim
+    qk_norm = 2 * head_dim if model_type.startswith("qwen3") else 0
+    layer_replicated = 2 * hidden + qk_norm + attn_replicated
+
+    # --- MLP parameters
+    mlp_bias = bool(cfg.get("mlp_bias", False))
+    dense_mlp = 3 * hidden * inter + ((2 * inter + hidden) if mlp_bias else 0)
+    expert = 3 * hidden * moe_inter + ((2 * moe_inter + hidden) if model_type == "gpt_oss" else 0)
+    router = hidden * experts + (experts if model_type == "gpt_oss" else 0)
+    shared = 3 * hidden * shared_inter
+    embed = vocab * hidden
+    tied = bool(cfg.get("tie_word_embeddings", False))
+
+    active_matmul = (
+        layers * attn_matmul
+        + (layers - moe_layers) * 3 * hidden * inter
+        + moe_layers * (top_k * 3 * hidden * moe_inter + shared + hidden * experts)
+    )
+    return ModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        dtype_bytes=dtype,
+        tie_word_embeddings=tied,
+        num_experts=experts,
+        experts_per_token=top_k,
+        num_shared_experts=n_shared,
+        moe_intermediate_size=moe_inter,
+        num_moe_layers=moe_layers,
+        first_k_dense_replace=first_k,
+        expert_weight_bytes=_expert_weight_bytes(r, dtype) if experts else float(dtype),
+        sliding_window=window,
+        num_sliding_layers=sliding,
+        attn_sharded_params=attn_sharded,
+        kv_proj_params=kv_proj,
+        layer_replicated_params=layer_replicated,
+        dense_mlp_params=dense_mlp,
+        expert_params=expert,
+        shared_expert_params=shared,
+        router_params=router,
+        embed_params=embed,
+        lm_head_params=0 if tied else embed,
+        final_norm_params=hidden,
+        active_matmul_params=active_matmul,
+        **mla,
+    )
+
+
+# ---- the catalog --------------------------------------------------------------------------------
+
+# catalog name -> shipped config file (distsim/catalog/data/models/). Llama-3.1-70B uses the Instruct
+# config: base and Instruct share the architecture.
+_MODEL_FILES = {
+    "llama-3.1-8b": "Llama-3.1-8B.json",
+    "llama-3.1-8b-instruct": "Llama-3.1-8B-Instruct.json",
+    "llama-3.1-70b": "Llama-3.1-70B-Instruct.json",
+    "mixtral-8x7b": "Mixtral-8x7B-v0.1.json",
+    "qwen2.5-7b": "Qwen2.5-7B-Instruct.json",
+    "qwen3-30b-a3b": "Qwen3-30B-A3B.json",
+    "deepseek-v2-lite": "DeepSeek-V2-Lite.json",
+    "gpt-oss-20b": "gpt-oss-20b.json",
+}
+MODEL_NAMES: tuple[str, ...] = tuple(_MODEL_FILES)
+# Also accepted: the file stems and HF repo ids, case-insensitive.
+_MODEL_ALIASES = {
+    **{f.removesuffix(".json").lower(): n for n, f in _MODEL_FILES.items()},
+    "llama-3.1-70b-instruct": "llama-3.1-70b",
+    "qwen2.5-7b-instruct": "qwen2.5-7b",
+    "mixtral-8x7b-v0.1": "mixtral-8x7b",
+}
+
+
+def _canonical_model_name(name: str) -> str | None:
+    key = name.strip().lower()
+    key = key.rsplit("/", 1)[-1] if "/" in key and not key.endswith(".json") else key
+    if key in _MODEL_FILES:
+        return key
+    return _MODEL_ALIASES.get(key)
+
+
+@cache
+def _load_catalog_model(name: str) -> ModelSpec:
+    ref = resources.files("distsim.catalog").joinpath("data", "models", _MODEL_FILES[name])
+    with resources.as_file(ref) as path:
+        cfg = read_config_file(path)
+    return model_from_hf_config(cfg, name, _MODEL_FILES[name])
+
+
+def load_model(name_or_path: str, key: str = "cluster.model") -> ModelSpec:
+    """A catalog model by name (case-insensitive), or any HF config.json by path (file or its folder)."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    canonical = _canonical_model_name(text)
+    if canonical is not None and not path.exists():
+        return _load_catalog_model(canonical)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        cfg = read_config_file(path)
+        name = path.parent.name if path.name == "config.json" else path.stem
+        return model_from_hf_config(cfg, name, str(path), key)
+    raise ConfigError(
+        key, f"unknown model {text!r}; known: {', '.join(MODEL_NAMES)}; or give a path to a config.json"
+    )
