@@ -140,10 +140,9 @@ def itl_samples(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
         s = inst.stats
         values.append(np.asarray(s.itl_step_durations, dtype=np.int64))
         weights.append(np.asarray(s.itl_step_weights, dtype=np.int64))
-        if s.itl_run_durations:
-            values.append(np.concatenate(s.itl_run_durations))
-            sizes = np.fromiter((d.size for d in s.itl_run_durations), dtype=np.int64, count=len(s.itl_run_durations))
-            weights.append(np.repeat(np.asarray(s.itl_run_weights, dtype=np.int64), sizes))
+        if s.itl_run_counts:
+            values.append(np.frombuffer(s.itl_run_durations, dtype=np.int64))
+            weights.append(np.repeat(np.asarray(s.itl_run_weights, dtype=np.int64), s.itl_run_counts))
         if s.itl_single:
             values.append(np.asarray(s.itl_single, dtype=np.int64))
             weights.append(np.ones(len(s.itl_single), dtype=np.int64))

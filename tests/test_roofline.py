@@ -169,3 +169,21 @@ def test_decode_steps_equal_step_by_step(index, seqs, ctx0, count):
     assert stretch.dtype == np.int64 and stretch.shape == (count,)
     one_by_one = [lm.step_us(StepShape(0, 0, 0, seqs, ctx0 + j * seqs)) for j in range(count)]
     assert stretch.tolist() == one_by_one
+
+
+def test_list_and_array_decode_runs_agree_for_every_model():
+    """The instance uses decode_steps (a Python loop for short runs); it must equal the array form."""
+    from distsim.catalog import load_hardware, load_model
+    from distsim.instance.latency.base import LatencyContext
+    from distsim.instance.latency.linear import LinearLatency
+    from distsim.instance.latency.roofline import RooflineLatency
+
+    models = [
+        LinearLatency(1000.0, 0.5, 20.0),
+        RooflineLatency(LatencyContext(load_model("llama-3.1-8b"), load_hardware("H100"), 1), 0.45, 0.8),
+        RooflineLatency(LatencyContext(load_model("mixtral-8x7b"), load_hardware("A100-80G"), 2), 0.38, 0.8),
+        RooflineLatency(LatencyContext(load_model("llama-3.1-8b"), load_hardware("H100"), 1), 0.45, 0.8, 0.0),
+    ]
+    for m in models:
+        for b, ctx0, count in [(1, 1, 1), (7, 3_000, 40), (200, 90_000, 48), (64, 10**6, 300), (3, 0, 10)]:
+            assert m.decode_steps(b, ctx0, count) == m.decode_steps_us(b, ctx0, count).tolist()

@@ -26,7 +26,10 @@ Decoding request bookkeeping, with ``c`` the number of steps the instance has co
 from __future__ import annotations
 
 import heapq
+from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Callable
 
 import numpy as np
@@ -72,6 +75,7 @@ class InstanceStats:
         "itl_step_durations",
         "itl_step_weights",
         "itl_run_durations",
+        "itl_run_counts",
         "itl_run_weights",
         "itl_single",
     )
@@ -92,8 +96,9 @@ class InstanceStats:
         # gives b gaps of d. Runs of steps keep their duration arrays; gaps after a preemption are single.
         self.itl_step_durations: list[int] = []
         self.itl_step_weights: list[int] = []
-        self.itl_run_durations: list[np.ndarray] = []
-        self.itl_run_weights: list[int] = []
+        self.itl_run_durations = array("q")  # the steps of all runs, back to back
+        self.itl_run_counts: list[int] = []  # steps per run
+        self.itl_run_weights: list[int] = []  # decoding requests per run
         self.itl_single: list[int] = []
 
 
@@ -154,8 +159,8 @@ class Instance:
         self.plan_dur = 0
         self.plan_decoders = 0
         self.plan_chunks: list[tuple[Request, int]] = []
-        self.plan_durations: np.ndarray | None = None  # a fast-forwarded run of decode steps
-        self.plan_ends: np.ndarray | None = None
+        self.plan_durations: list[int] | None = None  # a fast-forwarded run of decode steps
+        self.plan_ends: list[int] | None = None
         self.plan_blocks_pending = False  # the run's decode blocks are allocated when it is applied
         self.stats = InstanceStats()
 
@@ -183,21 +188,21 @@ class Instance:
         elif self.plan_durations is not None and self.waiting.peek() is req and len(self.running) < self.max_seqs:
             self._cut_run(now)
 
-    def _run_ends(self) -> np.ndarray:
+    def _run_ends(self) -> list[int]:
         """End times of the steps of the planned run (computed only when a run is cut)."""
         if self.plan_ends is None:
-            ends = np.cumsum(self.plan_durations)
-            ends += self.plan_begin
+            ends = list(accumulate(self.plan_durations, initial=self.plan_begin))
+            del ends[0]
             self.plan_ends = ends
         return self.plan_ends
 
     def _cut_run(self, now: int) -> None:
         """End the fast-forwarded run at the first step boundary at or after ``now``."""
         ends = self._run_ends()
-        idx = int(np.searchsorted(ends, now, side="left"))
+        idx = bisect_left(ends, now)
         if idx < self.plan_steps - 1:
             self.plan_steps = idx + 1
-            self.plan_end = int(ends[idx])
+            self.plan_end = ends[idx]
             self.version += 1
             self.loop.schedule(self.plan_end, self.priority, self._on_event, self.version)
 
@@ -220,11 +225,12 @@ class Instance:
         stats.steps += k
         stats.busy_us += now - self.plan_begin
         if self.plan_durations is not None:
-            durations = self.plan_durations[:k]
+            durations = self.plan_durations
             if self.plan_blocks_pending:
                 self.kv.allocate(self._decode_block_need(c0, k))
             if b:
-                stats.itl_run_durations.append(durations)
+                stats.itl_run_durations.extend(durations[:k] if k < len(durations) else durations)
+                stats.itl_run_counts.append(k)
                 stats.itl_run_weights.append(b)
             self.plan_durations = None
             self.plan_ends = None
@@ -370,12 +376,12 @@ class Instance:
         if not chunks and self.fast_forward and not preempted:
             run = self._decode_run_length(c, need_dec)
             if run > 1:
-                durations = self.latency.decode_steps_us(b, self.dec_ctx_base + b * c, run)
+                durations = self.latency.decode_steps(b, self.dec_ctx_base + b * c, run)
                 self.plan_steps = run
                 self.plan_durations = durations
                 self.plan_ends = None
                 self.plan_blocks_pending = True
-                self.plan_end = now + int(durations.sum())
+                self.plan_end = now + sum(durations)
                 self.version += 1
                 self.loop.schedule(self.plan_end, self.priority, self._on_event, self.version)
                 return
@@ -529,11 +535,11 @@ class Instance:
         if self.plan_durations is None or not self.plan_steps:
             return
         ends = self._run_ends()
-        k = int(np.searchsorted(ends, horizon, side="right"))
+        k = bisect_right(ends, horizon)
         if k == 0:
             return
         self.plan_steps = min(k, self.plan_steps)
-        self.plan_end = int(ends[self.plan_steps - 1])
+        self.plan_end = ends[self.plan_steps - 1]
         self._apply_plan(self.plan_end)
 
     def in_flight(self) -> list[Request]:

@@ -44,6 +44,11 @@ class LatencyModel:
         the j-th attending to ``decode_ctx0 + j * decode_seqs`` KV tokens."""
         raise NotImplementedError
 
+    def decode_steps(self, decode_seqs: int, decode_ctx0: int, count: int) -> list[int]:
+        """The same durations as a list: what the instance uses. Models may override it with a plain
+        loop, which beats numpy's per-call cost for the short runs that dominate (tens of steps)."""
+        return self.decode_steps_us(decode_seqs, decode_ctx0, count).tolist()
+
 
 @dataclass(frozen=True)
 class LatencyContext:

@@ -31,6 +31,10 @@ class LinearLatency(LatencyModel):
         x = self.base_us + self.per_prefill_token_us * 0 + self.per_decode_token_us * decode_seqs
         return np.full(count, math.floor(x + 0.5), dtype=np.int64)
 
+    def decode_steps(self, decode_seqs: int, decode_ctx0: int, count: int) -> list[int]:
+        x = self.base_us + self.per_prefill_token_us * 0 + self.per_decode_token_us * decode_seqs
+        return [math.floor(x + 0.5)] * count
+
 
 @register_latency_model("linear")
 def _build(cfg: Any, ctx: LatencyContext) -> LinearLatency:

@@ -30,6 +30,9 @@ overhead (us) = step_overhead_us, default 500: BLIS's TOverheadMicros for vLLM's
 
 step_us = max(1, floor(max(compute, memory) + all-reduce + overhead + 0.5)).
 
+The terms are grouped as (fixed part) + (per-KV-token rate x context) so that a run of decode-only steps,
+whose context grows by the batch size each step, is a few in-place array operations.
+
 All constants are folded into per-unit coefficients at construction so :meth:`step_us` is a few float
 operations; :meth:`decode_steps_us` repeats exactly the same operations in the same order in numpy, so
 both agree to the last bit (tests/test_roofline.py checks it).
@@ -93,6 +96,7 @@ class RooflineLatency(LatencyModel):
             self._a0 = 0.0
             self._a_tok = 0.0
         self._overhead = float(step_overhead_us)
+        self._decode_consts: dict[int, tuple[float, float, float]] = {}  # decode seqs -> per-batch terms
 
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         """The terms of one step in microseconds (for tests and diagnostics; not on the hot path)."""
@@ -112,32 +116,73 @@ class RooflineLatency(LatencyModel):
         w = self._m_fixed + self._m_expert * (1.0 - self._q**tokens) if self._moe else self._m_fixed
         return w + self._m_kv * (d_ctx + p_kv) + (self._m_win_ptok * p_tok + self._m_win_dseq * d_seqs)
 
+    def _per_batch(self, tokens: int, d_seqs: int) -> tuple[float, float]:
+        """The parts of a step that depend only on its token and decode-sequence counts:
+        weights plus window-KV bytes (us), and all-reduce plus overhead plus the rounding half (us)."""
+        if self._moe:
+            w = self._m_fixed + self._m_expert * (1.0 - self._q**tokens)
+        else:
+            w = self._m_fixed
+        return w + self._m_win_dseq * d_seqs, (self._a0 + self._a_tok * tokens) + self._overhead + 0.5
+
     def step_us(self, shape: StepShape) -> int:
         p_tok, p_pairs, p_kv, d_seqs, d_ctx = shape
         tokens = p_tok + d_seqs
-        t_c = self._c_ptok * p_tok + self._c_dtok * d_seqs + self._c_ppair * p_pairs + self._c_dpair * d_ctx
-        if self._moe:
-            w = self._m_fixed + self._m_expert * (1.0 - self._q**tokens)
+        if p_tok:
+            mem_fixed, tail = self._per_batch(tokens, d_seqs)
+            mem_fixed = mem_fixed + self._m_win_ptok * p_tok + self._m_kv * p_kv
+            t_c = (self._c_ptok * p_tok + self._c_ppair * p_pairs + self._c_dtok * d_seqs) + self._c_dpair * d_ctx
         else:
-            w = self._m_fixed
-        t_m = w + self._m_kv * (d_ctx + p_kv) + (self._m_win_ptok * p_tok + self._m_win_dseq * d_seqs)
-        t = (t_c if t_c > t_m else t_m) + (self._a0 + self._a_tok * tokens) + self._overhead
-        us = math.floor(t + 0.5)
+            cached = self._decode_consts.get(d_seqs)
+            if cached is None:
+                cached = self._decode_consts[d_seqs] = (self._c_dtok * d_seqs, *self._per_batch(tokens, d_seqs))
+            comp_fixed, mem_fixed, tail = cached
+            t_c = comp_fixed + self._c_dpair * d_ctx
+        t_m = mem_fixed + self._m_kv * d_ctx
+        us = math.floor((t_c if t_c > t_m else t_m) + tail)
         return us if us > 1 else 1
+
+    def _consts(self, b: int) -> tuple[float, float, float]:
+        cached = self._decode_consts.get(b)
+        if cached is None:
+            cached = self._decode_consts[b] = (self._c_dtok * b, *self._per_batch(b, b))
+        return cached
+
+    def decode_steps(self, decode_seqs: int, decode_ctx0: int, count: int) -> list[int]:
+        if count > 48:
+            return self.decode_steps_us(decode_seqs, decode_ctx0, count).tolist()
+        b = int(decode_seqs)
+        comp_fixed, mem_fixed, tail = self._consts(b)
+        c_pair = self._c_dpair
+        m_kv = self._m_kv
+        floor = math.floor
+        out = []
+        ctx = float(decode_ctx0)
+        for _ in range(count):
+            # the same operations, in the same order, as decode_steps_us's array arithmetic
+            t_c = ctx * c_pair + comp_fixed
+            t_m = ctx * m_kv + mem_fixed
+            us = floor((t_c if t_c > t_m else t_m) + tail)
+            out.append(us if us > 1 else 1)
+            ctx += b
+        return out
 
     def decode_steps_us(self, decode_seqs: int, decode_ctx0: int, count: int) -> np.ndarray:
         b = int(decode_seqs)
-        tokens = 0 + b
-        ctx = int(decode_ctx0) + np.arange(int(count), dtype=np.int64) * b
-        base_c = self._c_ptok * 0 + self._c_dtok * b + self._c_ppair * 0
-        t_c = base_c + self._c_dpair * ctx
-        if self._moe:
-            w = self._m_fixed + self._m_expert * (1.0 - self._q**tokens)
-        else:
-            w = self._m_fixed
-        t_m = w + self._m_kv * (ctx + 0) + (self._m_win_ptok * 0 + self._m_win_dseq * b)
-        t = np.maximum(t_c, t_m) + (self._a0 + self._a_tok * tokens) + self._overhead
-        return np.maximum(np.floor(t + 0.5).astype(np.int64), 1)
+        comp_fixed, mem_fixed, tail = self._consts(b)
+        ctx0 = int(decode_ctx0)
+        ctx = np.arange(ctx0, ctx0 + int(count) * b, b, dtype=np.float64) if b else np.full(int(count), float(ctx0))
+        t_c = ctx * self._c_dpair
+        t_c += comp_fixed
+        ctx *= self._m_kv
+        ctx += mem_fixed
+        np.maximum(t_c, ctx, out=t_c)
+        t_c += tail
+        np.floor(t_c, out=t_c)
+        out = t_c.astype(np.int64)
+        if tail < 1.5:  # only a step with no overhead could round below one microsecond
+            np.maximum(out, 1, out=out)
+        return out
 
 
 def _option(cfg: Any, key: str, default: float, low: float, high: float, low_open: bool) -> float:
