@@ -6,7 +6,8 @@ name it by that string. An unknown name is a user error that lists the known one
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from distsim.errors import ConfigError
 

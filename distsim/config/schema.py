@@ -8,7 +8,7 @@ their own values when they are built and raise :class:`distsim.errors.ConfigErro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
@@ -24,7 +24,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
-    total_kv_blocks: Optional[int] = None  # null: derived from model, hardware, TP and memory utilisation
+    total_kv_blocks: int | None = None  # null: derived from model, hardware, TP and memory utilisation
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     activation_reserve_fraction: float = 0.05  # of GPU memory, kept for activations and the CUDA graphs
@@ -36,12 +36,12 @@ class LatencyConfig:
     """Step-time model: ``roofline`` (from model and hardware) or ``linear`` (fitted coefficients)."""
 
     kind: str = "roofline"
-    base_us: Optional[float] = None  # linear
-    per_prefill_token_us: Optional[float] = None  # linear
-    per_decode_token_us: Optional[float] = None  # linear
-    compute_efficiency: Optional[float] = None  # roofline; null: the hardware catalog's default
-    memory_efficiency: Optional[float] = None  # roofline; null: the hardware catalog's default
-    step_overhead_us: Optional[float] = None  # roofline; null: the model's default
+    base_us: float | None = None  # linear
+    per_prefill_token_us: float | None = None  # linear
+    per_decode_token_us: float | None = None  # linear
+    compute_efficiency: float | None = None  # roofline; null: the hardware catalog's default
+    memory_efficiency: float | None = None  # roofline; null: the hardware catalog's default
+    step_overhead_us: float | None = None  # roofline; null: the model's default
 
 
 @dataclass
@@ -50,10 +50,10 @@ class PoolConfig:
 
     name: str = "pool"
     count: int = 1
-    hardware: Optional[str] = None  # null: cluster.hardware
+    hardware: str | None = None  # null: cluster.hardware
     role: str = "mixed"  # mixed | prefill | decode
-    engine: Dict[str, Any] = field(default_factory=dict)
-    latency: Dict[str, Any] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
+    latency: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,7 +63,7 @@ class ClusterConfig:
     instances: int = 4
     engine: EngineConfig = field(default_factory=EngineConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
-    pools: Optional[List[PoolConfig]] = None
+    pools: list[PoolConfig] | None = None
 
 
 @dataclass
@@ -81,7 +81,7 @@ class AdmissionConfig:
 @dataclass
 class RoutingConfig:
     kind: str = "round_robin"
-    scorers: Optional[Dict[str, float]] = None  # weighted: scorer name -> weight
+    scorers: dict[str, float] | None = None  # weighted: scorer name -> weight
 
 
 @dataclass
@@ -101,8 +101,8 @@ class FitnessConfig:
 
 @dataclass
 class RunnerConfig:
-    address: Optional[str] = None  # null: local Ray; "auto" or "ray://host:port": an existing cluster
-    num_workers: Optional[int] = None  # null: one actor per CPU of the cluster
+    address: str | None = None  # null: local Ray; "auto" or "ray://host:port": an existing cluster
+    num_workers: int | None = None  # null: one actor per CPU of the cluster
     max_retries: int = 2
 
 
@@ -110,7 +110,7 @@ class RunnerConfig:
 class SimConfig:
     """Simulation controls that do not change the modelled system."""
 
-    horizon_s: Optional[float] = None  # stop here; requests still in flight are 'unfinished'
+    horizon_s: float | None = None  # stop here; requests still in flight are 'unfinished'
     fast_forward: bool = True  # skip decode-only stretches in closed form (results are identical)
     write_requests: bool = True  # write requests.parquet
 

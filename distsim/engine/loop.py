@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from distsim.errors import SimulationError
 

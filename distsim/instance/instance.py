@@ -28,9 +28,9 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Callable
 
 import numpy as np
 

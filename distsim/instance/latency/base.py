@@ -9,8 +9,9 @@ Both must agree exactly: ``decode_steps_us(b, ctx0, n)[j] == step_us(StepShape(0
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
