@@ -12,6 +12,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from distsim.config.runner import RunnerConfig
 from distsim.config.workload import WorkloadConfig
 
 

@@ -1,0 +1,144 @@
+"""Workload config schema: arrivals, lengths, tenants and SLO classes, prefixes, sessions, traces.
+
+Every key exists in the composed config (null where the chosen kind does not use it), so users switch
+kinds from the command line without Hydra's ``+``. Values are checked when the workload is built
+(:func:`distsim.workload.build_workload`), which names the offending dotted key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DistConfig:
+    """A distribution: fixed | uniform | lognormal | exponential | normal | empirical.
+
+    Used for token lengths (rounded to integers, at least 1), session turn counts and think times.
+    ``min``/``max`` clamp every draw; for ``normal`` they truncate instead (out-of-range draws are redrawn).
+    """
+
+    dist: str = "fixed"
+    value: float | None = None  # fixed
+    low: float | None = None  # uniform (integer lengths: inclusive bounds)
+    high: float | None = None
+    mu: float | None = None  # lognormal (of the underlying normal)
+    sigma: float | None = None
+    mean: float | None = None  # exponential, normal
+    std: float | None = None  # normal
+    path: str | None = None  # empirical: a CSV file (relative: cwd, then the repository root)
+    column: str | None = None  # empirical: which column (null: the file's only column)
+    min: float | None = None  # clamps applied after drawing
+    max: float | None = None
+
+
+# The older name, kept for code that imports it.
+LengthDistConfig = DistConfig
+
+
+@dataclass
+class ArrivalConfig:
+    """The arrival process: poisson | gamma | mmpp | constant | schedule."""
+
+    process: str = "poisson"
+    rate_rps: float | None = 10.0  # poisson, gamma, constant
+    cv: float | None = None  # gamma: coefficient of variation of inter-arrival times
+    rates_rps: list[float] | None = None  # mmpp: rate per state; schedule: rate per segment
+    dwell_s: list[float] | None = None  # mmpp: mean dwell time per state (exponential)
+    durations_s: list[float] | None = None  # schedule: length of each segment
+    repeat: bool = True  # schedule: loop the segments (false: the last rate holds forever)
+
+
+@dataclass
+class PrefixConfig:
+    """Shared system prompts: ``groups`` prompts of ``tokens`` tokens, used by a ``share`` of requests.
+
+    A request that uses one gets the group's prompt prepended to its own drawn input tokens.
+    """
+
+    groups: int = 0
+    tokens: int = 0
+    share: float = 0.0
+    zipf_s: float = 1.0  # popularity of group i is proportional to (i + 1) ** -zipf_s
+    group_tokens: list[int] | None = None  # per-group lengths (overrides ``tokens``)
+
+
+@dataclass
+class SLOClassConfig:
+    """An SLO class: a share of requests with their own objectives, priority and (optional) lengths."""
+
+    name: str = "default"
+    share: float = 1.0  # relative weight among classes
+    ttft_ms: float | None = None  # null: workload.slo.ttft_ms
+    tpot_ms: float | None = None
+    priority: int | None = None
+    input_tokens: DistConfig | None = None  # null: workload.input_tokens
+    output_tokens: DistConfig | None = None
+
+
+@dataclass
+class SLOConfig:
+    """Default latency objectives used for goodput (a request meets both to count), and SLO classes."""
+
+    ttft_ms: float = 2000.0
+    tpot_ms: float = 100.0
+    priority: int = 0
+    classes: list[SLOClassConfig] | None = None  # null: one class named "default"
+
+
+@dataclass
+class TenantProfileConfig:
+    """What sets one tenant apart; every field is optional and wins over its class's value."""
+
+    slo_class: str | None = None  # all of this tenant's requests are in this class
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    priority: int | None = None
+    input_tokens: DistConfig | None = None
+    output_tokens: DistConfig | None = None
+
+
+@dataclass
+class TenantsConfig:
+    """``count`` tenants with Zipf-skewed shares of the requests (or explicit ``shares``)."""
+
+    count: int = 1
+    zipf_s: float = 1.0  # share of tenant i is proportional to (i + 1) ** -zipf_s
+    shares: list[float] | None = None  # explicit relative shares, one per tenant
+    profiles: list[TenantProfileConfig] | None = None  # profile i belongs to tenant i
+
+
+@dataclass
+class SessionConfig:
+    """Multi-turn sessions: each turn's prompt holds the whole previous conversation plus new tokens.
+
+    Turn k+1 arrives a think time after turn k arrived (open loop: the workload does not see responses).
+    """
+
+    enabled: bool = False
+    turns: DistConfig = field(default_factory=lambda: DistConfig(dist="uniform", low=2, high=6))
+    think_time_s: DistConfig = field(default_factory=lambda: DistConfig(dist="exponential", mean=10.0))
+    max_context_tokens: int | None = None  # a session ends before a turn's prompt would exceed this
+
+
+@dataclass
+class WorkloadConfig:
+    kind: str = "synthetic"  # synthetic | trace
+    num_requests: int | None = 1000  # stop after this many requests (traces: null = the whole file)
+    duration_s: float | None = None  # stop at this arrival time (both set: whichever comes first)
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    input_tokens: DistConfig = field(default_factory=lambda: DistConfig(dist="fixed", value=512))
+    output_tokens: DistConfig = field(default_factory=lambda: DistConfig(dist="fixed", value=128))
+    tenants: TenantsConfig = field(default_factory=TenantsConfig)
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    sessions: SessionConfig = field(default_factory=SessionConfig)
+    slo: SLOConfig = field(default_factory=SLOConfig)
+    # trace replay (kind=trace)
+    format: str | None = None  # mooncake | azure | burstgpt | csv | parquet
+    path: str | None = None  # relative: cwd, then the repository root
+    time_scale: float = 1.0  # multiply inter-arrival times (0.5 = twice the rate)
+    target_rate_rps: float | None = None  # rescale times to this mean rate (instead of time_scale)
+    start_s: float | None = None  # window [start_s, end_s) in trace seconds after the first row
+    end_s: float | None = None
+    max_rows: int | None = None  # read at most this many rows (after the window start)
+    jitter_s: float | None = None  # add uniform [0, jitter_s) to each arrival (smooths ticked traces)
