@@ -43,6 +43,7 @@ class LatencyConfig:
     compute_efficiency: float | None = None  # roofline; null: the hardware catalog's default
     memory_efficiency: float | None = None  # roofline; null: the hardware catalog's default
     step_overhead_us: float | None = None  # roofline; null: the model's default
+    profile: str | None = None  # a calibrated latency profile: shipped name or path (distsim.calibrate)
 
 
 @dataclass
