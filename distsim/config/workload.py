@@ -118,7 +118,7 @@ class SessionConfig:
     enabled: bool = False
     turns: DistConfig = field(default_factory=lambda: DistConfig(dist="uniform", low=2, high=6))
     think_time_s: DistConfig = field(default_factory=lambda: DistConfig(dist="exponential", mean=10.0))
-    max_context_tokens: int | None = None  # a session ends before a turn's prompt would exceed this
+    max_context_tokens: int | None = None  # a session ends before a follow-up's prompt would exceed this
 
 
 @dataclass

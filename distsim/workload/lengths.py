@@ -1,0 +1,226 @@
+"""Distributions for token lengths, session turn counts and think times (a registry by ``dist`` name).
+
+A :class:`Sampler` wraps a distribution with the config's ``min``/``max`` clamps. Integer samplers
+(token lengths, turns) round to the nearest integer and never go below 1; float samplers (think times)
+never go below 0. Draws come in numpy blocks, so the per-request cost is a few array operations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from distsim.errors import ConfigError, InputFileError
+from distsim.workload import checks
+from distsim.workload.paths import resolve_path
+
+
+class Dist:
+    """A distribution of non-negative reals; ``sample`` returns ``n`` float64 draws."""
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+DISTS: dict[str, Callable[..., Dist]] = {}
+
+
+def register(name: str):
+    """Add a distribution family under ``name`` (its builder takes ``(cfg, key, integer, lo, hi)``)."""
+
+    def deco(builder):
+        DISTS[name] = builder
+        return builder
+
+    return deco
+
+
+@dataclass(frozen=True)
+class Fixed(Dist):
+    value: float
+
+    def sample(self, rng, n):
+        return np.full(n, self.value, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Uniform(Dist):
+    low: float
+    high: float
+    integer: bool
+
+    def sample(self, rng, n):
+        if self.integer:  # inclusive integer bounds
+            return rng.integers(int(self.low), int(self.high) + 1, size=n).astype(np.float64)
+        return rng.uniform(self.low, self.high, size=n)
+
+
+@dataclass(frozen=True)
+class LogNormal(Dist):
+    mu: float
+    sigma: float
+
+    def sample(self, rng, n):
+        return rng.lognormal(self.mu, self.sigma, size=n)
+
+
+@dataclass(frozen=True)
+class Exponential(Dist):
+    mean: float
+
+    def sample(self, rng, n):
+        return rng.exponential(self.mean, size=n)
+
+
+@dataclass(frozen=True)
+class TruncatedNormal(Dist):
+    """A normal restricted to [lo, hi] by redrawing, so no mass piles up on the bounds."""
+
+    mean: float
+    std: float
+    lo: float
+    hi: float
+
+    def sample(self, rng, n):
+        out = rng.normal(self.mean, self.std, size=n)
+        bad = (out < self.lo) | (out > self.hi)
+        while bad.any():
+            k = int(bad.sum())
+            out[bad] = rng.normal(self.mean, self.std, size=k)
+            bad = (out < self.lo) | (out > self.hi)
+        return out
+
+
+@dataclass(frozen=True)
+class Empirical(Dist):
+    """Resamples (with replacement) the values of one column of a file."""
+
+    values: np.ndarray
+
+    def sample(self, rng, n):
+        return self.values[rng.integers(0, len(self.values), size=n)]
+
+
+@register("fixed")
+def _fixed(cfg, key, integer, lo, hi):
+    return Fixed(
+        checks.non_negative(f"{key}.value", checks.required(f"{key}.value", cfg.value, "for dist=fixed"))
+    )
+
+
+@register("uniform")
+def _uniform(cfg, key, integer, lo, hi):
+    low = checks.non_negative(f"{key}.low", checks.required(f"{key}.low", cfg.low, "for dist=uniform"))
+    high = checks.non_negative(f"{key}.high", checks.required(f"{key}.high", cfg.high, "for dist=uniform"))
+    if integer:
+        low = float(checks.integer(f"{key}.low", low))
+        high = float(checks.integer(f"{key}.high", high))
+    if high < low:
+        raise ConfigError(f"{key}.high", f"must be >= low ({low:g}) (got {high:g})")
+    return Uniform(low, high, integer)
+
+
+@register("lognormal")
+def _lognormal(cfg, key, integer, lo, hi):
+    mu = checks.number(f"{key}.mu", checks.required(f"{key}.mu", cfg.mu, "for dist=lognormal"))
+    sigma = checks.non_negative(
+        f"{key}.sigma", checks.required(f"{key}.sigma", cfg.sigma, "for dist=lognormal")
+    )
+    return LogNormal(mu, sigma)
+
+
+@register("exponential")
+def _exponential(cfg, key, integer, lo, hi):
+    return Exponential(
+        checks.positive(f"{key}.mean", checks.required(f"{key}.mean", cfg.mean, "for dist=exponential"))
+    )
+
+
+@register("normal")
+def _normal(cfg, key, integer, lo, hi):
+    mean = checks.number(f"{key}.mean", checks.required(f"{key}.mean", cfg.mean, "for dist=normal"))
+    std = checks.non_negative(f"{key}.std", checks.required(f"{key}.std", cfg.std, "for dist=normal"))
+    if std == 0.0:
+        if not lo <= mean <= hi:
+            raise ConfigError(f"{key}.mean", f"with std=0 must lie in [{lo:g}, {hi:g}] (got {mean:g})")
+        return Fixed(mean)
+    cdf = lambda x: 0.5 * (1.0 + math.erf((x - mean) / (std * math.sqrt(2.0))))  # noqa: E731
+    if cdf(hi) - cdf(lo) < 1e-4:
+        raise ConfigError(key, f"normal(mean={mean:g}, std={std:g}) has almost no mass in [{lo:g}, {hi:g}]")
+    return TruncatedNormal(mean, std, lo, hi)
+
+
+@register("empirical")
+def _empirical(cfg, key, integer, lo, hi):
+    path = resolve_path(f"{key}.path", cfg.path)
+    try:
+        header = pd.read_csv(path, nrows=0)
+    except Exception as err:  # pandas raises many kinds on a broken file
+        raise InputFileError(path, f"cannot read as CSV: {err}") from None
+    columns = list(header.columns)
+    column = cfg.column
+    if column is None:
+        if len(columns) != 1:
+            raise ConfigError(f"{key}.column", f"required: {path} has columns {', '.join(columns)}")
+        column = columns[0]
+    if column not in columns:
+        raise ConfigError(f"{key}.column", f"no column {column!r} in {path} (columns: {', '.join(columns)})")
+    raw = pd.read_csv(path, usecols=[column])[column]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+    if len(bad):
+        i = int(bad[0])
+        raise InputFileError(
+            path, f"column {column!r}: not a non-negative number: {raw.iloc[i]!r}", line=i + 2
+        )
+    if len(values) == 0:
+        raise InputFileError(path, f"column {column!r} has no values")
+    return Empirical(values)
+
+
+class Sampler:
+    """A distribution from config plus clamps. ``key`` is the dotted config path for messages."""
+
+    def __init__(self, cfg, key: str, *, integer: bool = True):
+        checks.choice(f"{key}.dist", cfg.dist, DISTS)
+        floor = 1.0 if integer else 0.0
+        lo = floor if cfg.min is None else max(floor, checks.number(f"{key}.min", cfg.min))
+        hi = math.inf if cfg.max is None else checks.number(f"{key}.max", cfg.max)
+        if hi < lo:
+            raise ConfigError(f"{key}.max", f"must be >= min ({lo:g}) (got {cfg.max!r})")
+        self.key = key
+        self.integer = integer
+        self.lo = lo
+        self.hi = hi
+        self.dist = DISTS[cfg.dist](cfg, key, integer, lo, hi)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` draws, clamped to [min, max]; int64 for integer samplers, else float64."""
+        x = self.dist.sample(rng, n)
+        if self.integer:
+            x = np.rint(x)
+        np.clip(x, self.lo, self.hi, out=x)
+        return x.astype(np.int64) if self.integer else x
+
+
+class Buffered:
+    """One value at a time from a sampler, drawn in blocks (for per-event draws such as think times)."""
+
+    def __init__(self, sampler: Sampler, rng: np.random.Generator, block: int = 1024):
+        self._sampler = sampler
+        self._rng = rng
+        self._block = block
+        self._buf: list = []
+        self._i = 0
+
+    def next(self):
+        if self._i >= len(self._buf):
+            self._buf = self._sampler.sample(self._rng, self._block).tolist()
+            self._i = 0
+        v = self._buf[self._i]
+        self._i += 1
+        return v

@@ -1,0 +1,94 @@
+"""The row every trace reader yields, and exact parsers for the fields readers share.
+
+Times are integer nanoseconds (absolute, in the file's own origin): decimal seconds, milliseconds and
+Azure's seven fractional digits all convert exactly, so spans read back to the microsecond.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from distsim.errors import InputFileError
+
+
+@dataclass(slots=True)
+class TraceRow:
+    line: int  # 1-based line (or row) number in the file, for messages
+    time_ns: int
+    input_tokens: int
+    output_tokens: int
+    hash_ids: list | None = None  # Mooncake: ids of 512-token blocks
+    tenant: int | None = None
+    session: int | None = None
+    prefix_group: int | None = None
+
+
+class TraceReader:
+    """Streams a trace file's rows. ``skipped`` counts rows left out on purpose (e.g. failed requests)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.skipped: dict[str, int] = {}
+
+    def rows(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+
+_DECIMAL = re.compile(r"^\s*([+-]?)(\d*)(?:\.(\d*))?\s*$")
+
+
+def parse_int(text, field: str, path, line: int) -> int:
+    """An integer field; a float with an integral value (``12.0``) is accepted."""
+    if isinstance(text, bool):
+        raise InputFileError(path, f"field {field!r}: not an integer: {text!r}", line)
+    if isinstance(text, int):
+        return text
+    if isinstance(text, float):
+        if text.is_integer():
+            return int(text)
+        raise InputFileError(path, f"field {field!r}: not an integer: {text!r}", line)
+    s = str(text).strip()
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        x = float(s)
+    except ValueError:
+        raise InputFileError(path, f"field {field!r}: not an integer: {text!r}", line) from None
+    if x.is_integer():
+        return int(x)
+    raise InputFileError(path, f"field {field!r}: not an integer: {text!r}", line)
+
+
+def parse_ns(text, field: str, path, line: int, unit_ns: int) -> int:
+    """A time in units of ``unit_ns`` nanoseconds (1e9 for seconds, 1e6 for ms), as integer ns.
+
+    Plain decimals convert exactly; other numbers (exponents, JSON floats) through a float.
+    """
+    if isinstance(text, bool):
+        raise InputFileError(path, f"field {field!r}: not a number: {text!r}", line)
+    if isinstance(text, int):
+        return text * unit_ns
+    if not isinstance(text, float):
+        m = _DECIMAL.match(str(text))
+        if m and (m.group(2) or m.group(3)):
+            sign, whole, frac = m.group(1), m.group(2) or "0", m.group(3) or ""
+            digits = len(str(unit_ns)) - 1  # unit_ns is a power of ten
+            frac = (frac + "0" * digits)[:digits] if digits else ""
+            rest = m.group(3)[digits:] if m.group(3) and len(m.group(3)) > digits else ""
+            ns = int(whole) * unit_ns + (int(frac) if frac else 0)
+            if rest and rest[0] >= "5":
+                ns += 1
+            return -ns if sign == "-" else ns
+        try:
+            text = float(str(text))
+        except ValueError:
+            raise InputFileError(path, f"field {field!r}: not a number: {text!r}", line) from None
+    if text != text or text in (float("inf"), float("-inf")):
+        raise InputFileError(path, f"field {field!r}: not a finite number: {text!r}", line)
+    return round(text * unit_ns)

@@ -1,0 +1,82 @@
+"""distsim's own trace tables, as CSV or Parquet.
+
+Columns ``arrival_s`` (seconds), ``input_tokens``, ``output_tokens``, and optionally ``tenant``,
+``session`` (rows of one session: each turn's prompt holds the previous turn's prompt and answer) and
+``prefix_group`` (the row's prompt starts with that group's system prompt, see ``workload.prefix``).
+Empty optional cells mean "none".
+"""
+
+from __future__ import annotations
+
+import csv
+
+from distsim.errors import InputFileError
+from distsim.workload.traces.azure import header_index
+from distsim.workload.traces.rows import TraceReader, TraceRow, parse_int, parse_ns
+
+REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
+OPTIONAL = ("tenant", "session", "prefix_group")
+
+
+def _row(path, ln: int, get) -> TraceRow:
+    """A row from a field getter ``get(name) -> value or None``."""
+    extra = {}
+    for name in OPTIONAL:
+        v = get(name)
+        extra[name] = (
+            None if v is None or (isinstance(v, str) and not v.strip()) else parse_int(v, name, path, ln)
+        )
+    return TraceRow(
+        ln,
+        parse_ns(get("arrival_s"), "arrival_s", path, ln, 1_000_000_000),
+        parse_int(get("input_tokens"), "input_tokens", path, ln),
+        parse_int(get("output_tokens"), "output_tokens", path, ln),
+        tenant=extra["tenant"],
+        session=extra["session"],
+        prefix_group=extra["prefix_group"],
+    )
+
+
+class CsvReader(TraceReader):
+    def rows(self):
+        path = self.path
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                return
+            idx = header_index(header, REQUIRED, path)
+            width = len(header)
+            for rec in reader:
+                ln = reader.line_num
+                if not rec or (len(rec) == 1 and not rec[0].strip()):
+                    continue
+                if len(rec) != width:
+                    raise InputFileError(path, f"expected {width} fields, got {len(rec)}", ln)
+                yield _row(path, ln, lambda name, rec=rec: rec[idx[name]] if name in idx else None)
+
+
+class ParquetReader(TraceReader):
+    """Row numbers in messages count data rows from 1."""
+
+    def rows(self):
+        import pyarrow.parquet as pq
+
+        path = self.path
+        try:
+            pf = pq.ParquetFile(path)
+        except Exception as err:  # pyarrow raises several kinds on a broken file
+            raise InputFileError(path, f"cannot read as Parquet: {err}") from None
+        names = pf.schema_arrow.names
+        missing = [c for c in REQUIRED if c not in names]
+        if missing:
+            raise InputFileError(
+                path, f"missing column(s) {', '.join(missing)} (columns: {', '.join(names)})"
+            )
+        cols = [c for c in REQUIRED + OPTIONAL if c in names]
+        ln = 0
+        for batch in pf.iter_batches(batch_size=4096, columns=cols):
+            data = {c: batch.column(c).to_pylist() for c in cols}
+            for i in range(batch.num_rows):
+                ln += 1
+                yield _row(path, ln, lambda name, i=i, data=data: data[name][i] if name in data else None)
