@@ -20,7 +20,7 @@ from distsim.engine.loop import EventLoop
 from distsim.errors import ConfigError
 from distsim.metrics.fitness import compute_fitness
 from distsim.metrics.recorder import Recorder
-from distsim.metrics.summary import summarize
+from distsim.metrics.summary import rnd, summarize
 from distsim.request import Request
 
 
@@ -30,6 +30,7 @@ class SimulationResult:
     requests: pd.DataFrame
     instances: pd.DataFrame
     perf: dict[str, Any] = field(default_factory=dict)
+    decisions: pd.DataFrame | None = None  # per routing decision, when policy.trace_decisions is on
 
     def write(self, out_dir: str | os.PathLike, *, write_requests: bool = True) -> None:
         """summary.json, requests.parquet, instances.parquet and perf.json into ``out_dir``."""
@@ -39,6 +40,8 @@ class SimulationResult:
         if write_requests:
             self.requests.to_parquet(out / "requests.parquet", index=False, engine="pyarrow")
         self.instances.to_parquet(out / "instances.parquet", index=False, engine="pyarrow")
+        if self.decisions is not None:
+            self.decisions.to_parquet(out / "decisions.parquet", index=False, engine="pyarrow")
         (out / "perf.json").write_text(json.dumps(self.perf, indent=2) + "\n")
 
 
@@ -72,7 +75,17 @@ def simulate(cfg: Any, requests: Iterable[Request] | None = None) -> SimulationR
     loop = EventLoop(horizon_us)
     slo = cfg.workload.slo
     recorder = Recorder(float(slo.ttft_ms), float(slo.tpot_ms))
-    cluster = Cluster(pools, cfg.policy, loop, recorder, int(cfg.seed), fast_forward=bool(cfg.sim.fast_forward))
+    cluster = Cluster(
+        pools,
+        cfg.policy,
+        loop,
+        recorder,
+        int(cfg.seed),
+        fast_forward=bool(cfg.sim.fast_forward),
+        signals_cfg=cfg.signals,
+        transfer_cfg=cfg.cluster.kv_transfer,
+        default_ttft_slo_ms=float(slo.ttft_ms),
+    )
     cluster.feed(requests)
     end_us = loop.run()
     cluster.finish(horizon_us)
@@ -84,6 +97,13 @@ def simulate(cfg: Any, requests: Iterable[Request] | None = None) -> SimulationR
     summary = summarize(
         table, instances, itl_values, itl_weights, seed=int(cfg.seed), events=loop.events, start_us=start_us, end_us=end_us
     )
+    if cluster.disaggregated:
+        summary["kv_transfer"] = {
+            "transfers": cluster.transfers,
+            "mean_ms": rnd(cluster.transfer_us_total / cluster.transfers / 1000.0) if cluster.transfers else None,
+            "gb": rnd(cluster.transfer_bytes_total / 1e9, 6),
+        }
+    summary["signals"] = {"scrapes": cluster.board.scrapes}
     summary["fitness"] = compute_fitness(summary, cfg.fitness)
     del summary["_derived"]
     wall = time.perf_counter() - wall0
@@ -96,7 +116,8 @@ def simulate(cfg: Any, requests: Iterable[Request] | None = None) -> SimulationR
         "requests_per_cpu_s": round(len(table) / cpu, 1) if cpu > 0 else None,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
     }
-    return SimulationResult(summary, table, instances, perf)
+    decisions = cluster.decision_table() if cluster.trace else None
+    return SimulationResult(summary, table, instances, perf, decisions)
 
 
 def instance_table(cluster: Cluster) -> pd.DataFrame:

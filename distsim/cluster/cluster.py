@@ -1,63 +1,174 @@
-"""The cluster: requests arrive, pass admission, are routed to an instance and enqueued there."""
+"""The cluster: requests arrive, pass admission, are routed and reach their instance.
+
+Mixed clusters route each request to one instance. Under P/D disaggregation (pools with roles
+prefill and decode) the prefill router and the decode router, each over its own pool, pick both
+instances at arrival; the prefill instance computes the prompt and samples the first token; the
+decode instance takes blocks for the prompt's KV at its next step boundary, the KV moves over the link
+(latency + bytes / bandwidth, bytes of the prompt's KV per GPU), blocks held on both sides until it
+lands; then the first token reaches the user (TTFT includes the transfer) and decoding proceeds.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from distsim.engine.loop import PRIO_ARRIVAL, EventLoop
+import numpy as np
+
+from distsim.cluster.prefix_index import PrefixIndex
+from distsim.cluster.signals import SignalBoard
+from distsim.cluster.view import ClusterView, RouterState
+from distsim.engine.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.engine.rng import stream
+from distsim.errors import ConfigError
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
 from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext, load_builtin_policies
 from distsim.request import Request, Status
 
 
+def _ms_to_us(value: Any, key: str) -> int:
+    if value is None or not value >= 0 or not math.isfinite(value):
+        raise ConfigError(key, f"must be a number >= 0 (got {value!r})")
+    return int(round(value * 1000))
+
+
 class Cluster:
-    def __init__(self, pools: list, policy_cfg: Any, loop: EventLoop, recorder: Recorder, seed: int, *, fast_forward: bool = True):
+    def __init__(
+        self,
+        pools: list,
+        policy_cfg: Any,
+        loop: EventLoop,
+        recorder: Recorder,
+        seed: int,
+        *,
+        fast_forward: bool = True,
+        signals_cfg: Any = None,
+        transfer_cfg: Any = None,
+        default_ttft_slo_ms: float = float("inf"),
+    ):
         self.loop = loop
         self.recorder = recorder
         self.pools = pools
         self.instances: list[Instance] = []
+        pool_of: list[Any] = []
         for pool in pools:
             for _ in range(pool.count):
-                self.instances.append(
-                    Instance(
-                        len(self.instances),
-                        pool.engine,
-                        pool.latency,
-                        loop,
-                        recorder.done,
-                        fast_forward=fast_forward,
-                        pool=pool.name,
-                        role=pool.role,
-                        hardware=pool.hardware.name,
-                        gpus=pool.tensor_parallel_size,
-                    )
+                inst = Instance(
+                    len(self.instances),
+                    pool.engine,
+                    pool.latency,
+                    loop,
+                    self._on_done,
+                    fast_forward=fast_forward,
+                    pool=pool.name,
+                    role=pool.role,
+                    hardware=pool.hardware.name,
+                    gpus=pool.tensor_parallel_size,
                 )
-        load_builtin_policies()
+                inst.on_prefilled = self._on_prefilled
+                inst.on_reserved = self._on_reserved
+                self.instances.append(inst)
+                pool_of.append(pool)
         n = len(self.instances)
-        self.router = ROUTERS.get(policy_cfg.routing.kind)(policy_cfg.routing, PolicyContext(n, stream(seed, "router"), seed))
+        self.pool_of = pool_of
+        signals_cfg = signals_cfg if signals_cfg is not None else _default_signals()
+        kv_total = np.array([inst.kv.total for inst in self.instances], dtype=np.float64)
+        self.board = SignalBoard(n, kv_total, signals_cfg, loop, stream(seed, "signals"))
+        for inst in self.instances:
+            inst.attach(self.board)
+        self.state = RouterState(n)
+
+        load_builtin_policies()
+        routing = policy_cfg.routing
+        router_cls = ROUTERS.get(routing.kind)
+        roles = np.array([inst.role for inst in self.instances])
+        self.disaggregated = bool(np.any(roles != "mixed"))
+        index = None
+        if getattr(router_cls, "uses_prefix_index", False):
+            cap = getattr(routing, "prefix_index_blocks", None)
+            if cap is not None and cap < 1:
+                raise ConfigError("policy.routing.prefix_index_blocks", f"must be >= 1 or null (got {cap})")
+            index = PrefixIndex(n, [cap or inst.kv.total for inst in self.instances])
+        self.prefix_index = index
+        facts = {
+            "gpus": np.array([inst.gpus for inst in self.instances], dtype=np.int64),
+            "price_usd_per_gpu_hour": np.array([p.hardware.price_usd_per_gpu_hour for p in pool_of], dtype=np.float64),
+            "total_kv_blocks": kv_total,
+            "max_num_batched_tokens": np.array([inst.max_tokens for inst in self.instances], dtype=np.int64),
+        }
+        models = [inst.latency for inst in self.instances]
+        ctx_extra = {"default_ttft_slo_ms": default_ttft_slo_ms}
+
+        def group(members: np.ndarray, name: str):
+            view = ClusterView(self.board, self.state, loop, members, prefix_index=index, facts=facts, step_models=models)
+            ctx = PolicyContext(int(members.size), stream(seed, name), seed, ctx_extra)
+            return view, router_cls(routing, ctx)
+
+        if self.disaggregated:
+            prefill = np.flatnonzero(roles == "prefill")
+            decode = np.flatnonzero(roles == "decode")
+            if prefill.size == 0 or decode.size == 0 or np.any(roles == "mixed"):
+                raise ConfigError(
+                    "cluster.pools",
+                    "P/D disaggregation needs at least one prefill pool and one decode pool, and no mixed pool "
+                    f"(got roles {sorted(set(roles.tolist()))})",
+                )
+            self.entry_view, self.router = group(prefill, "router/prefill")
+            self.decode_view, self.decode_router = group(decode, "router/decode")
+            self._check_transfer(transfer_cfg)
+        else:
+            self.entry_view, self.router = group(np.arange(n), "router")
+            self.decode_view = self.decode_router = None
         self.admission = ADMISSIONS.get(policy_cfg.admission.kind)(
-            policy_cfg.admission, PolicyContext(n, stream(seed, "admission"), seed)
+            policy_cfg.admission, PolicyContext(self.entry_view.n, stream(seed, "admission"), seed, ctx_extra)
         )
-        self.view = self  # the read-only view routers see (richer signals arrive with the cluster layer)
+        self.dispatch_us = _ms_to_us(getattr(policy_cfg.admission, "latency_ms", 0.0), "policy.admission.latency_ms") + _ms_to_us(
+            getattr(routing, "latency_ms", 0.0), "policy.routing.latency_ms"
+        )
+        self.trace = bool(getattr(policy_cfg, "trace_decisions", False))
+        self.decisions: list[tuple] = []
         self.arrived = 0
         self.first_arrival_us: int | None = None
+        self.transfers = 0
+        self.transfer_us_total = 0
+        self.transfer_bytes_total = 0.0
         self._source: Iterator[Request] | None = None
+        self._exhausted = False
+        self._decode_target: dict[int, int] = {}
+        self._transit: dict[int, Request] = {}
+        self._in_transfer: dict[int, Request] = {}
 
     @property
     def num_instances(self) -> int:
         return len(self.instances)
 
+    def _check_transfer(self, cfg: Any) -> None:
+        bw = cfg.bandwidth_gbps if cfg is not None else 50.0
+        lat = cfg.latency_us if cfg is not None else 10.0
+        if bw is None or not bw > 0:
+            raise ConfigError("cluster.kv_transfer.bandwidth_gbps", f"must be > 0 (got {bw!r})")
+        if lat is None or not lat >= 0:
+            raise ConfigError("cluster.kv_transfer.latency_us", f"must be >= 0 (got {lat!r})")
+        self.transfer_bw = float(bw) * 1e9  # bytes per second per GPU
+        self.transfer_latency_us = float(lat)
+
+    # ------------------------------------------------------------------ arrivals
     def feed(self, requests: Iterable[Request]) -> None:
         """Stream requests in: one pending arrival event at a time, so memory does not grow with them."""
         self._source = iter(requests)
+        self.board.start(self._active)
         self._pull()
+
+    def _active(self) -> bool:
+        return not self._exhausted or bool(self.state.outstanding.any())
 
     def _pull(self) -> None:
         req = next(self._source, None)
-        if req is not None:
+        if req is None:
+            self._exhausted = True
+        else:
             self.loop.schedule(req.arrival_us, PRIO_ARRIVAL, self._on_arrival, req)
 
     def _on_arrival(self, now: int, req: Request) -> None:
@@ -65,17 +176,122 @@ class Cluster:
             self.first_arrival_us = now
         self.arrived += 1
         self._pull()
-        if not self.admission.admit(req, now, self.view):
+        if not self.admission.admit(req, now, self.entry_view):
             req.status = Status.REJECTED
             self.recorder.done(req)
             return
-        self.instances[self.router.route(req, self.view)].enqueue(req, now)
+        target = self._route(req, now, self.router, self.entry_view, "prefill" if self.disaggregated else "mixed")
+        if self.disaggregated:
+            decode = self._route(req, now, self.decode_router, self.decode_view, "decode")
+            if not self.instances[decode].can_ever_fit(req):
+                req.instance = decode
+                req.prefill_instance = target
+                req.status = Status.DROPPED
+                self.instances[decode].stats.dropped += 1
+                self.recorder.done(req)
+                return
+            self._decode_target[req.request_id] = decode
+            self.state.outstanding[decode] += 1
+            req.prefill_instance = target
+        self.state.outstanding[target] += 1
+        if self.prefix_index is not None and req.block_hashes:
+            self.prefix_index.record(target, req.block_hashes)
+        if self.dispatch_us:
+            self.state.in_transit[target] += 1
+            self._transit[req.request_id] = req
+            self.loop.schedule(now + self.dispatch_us, PRIO_CLUSTER, self._deliver, (req, target))
+        else:
+            self.instances[target].enqueue(req, now)
 
+    def _route(self, req: Request, now: int, router: Any, view: ClusterView, stage: str) -> int:
+        local = router.route(req, view)
+        chosen = int(view.members[local])
+        if self.trace:
+            scores = getattr(router, "last_scores", None)
+            if scores is None:
+                self.decisions.append((now, req.request_id, stage, chosen, None, None, None, None))
+            else:
+                best = float(np.max(scores))
+                mine = float(scores[local])
+                self.decisions.append((now, req.request_id, stage, chosen, mine, best, best - mine, [float(x) for x in scores]))
+        return chosen
+
+    def _deliver(self, now: int, item: tuple[Request, int]) -> None:
+        req, target = item
+        self.state.in_transit[target] -= 1
+        del self._transit[req.request_id]
+        self.instances[target].enqueue(req, now)
+
+    def _on_done(self, req: Request) -> None:
+        """An instance finished (completed or dropped) a request."""
+        if req.instance >= 0:
+            self.state.outstanding[req.instance] -= 1
+        self.recorder.done(req)
+
+    # ------------------------------------------------------------------ P/D hand-off
+    def _on_prefilled(self, req: Request, now: int) -> None:
+        prefill = self.instances[req.prefill_instance]
+        self.state.outstanding[req.prefill_instance] -= 1
+        decode = self._decode_target.pop(req.request_id)
+        if req.generated >= req.output_tokens:  # a one-token answer needs no decode instance
+            self.state.outstanding[decode] -= 1
+            prefill.release_held(req)
+            req.completion_us = now
+            req.status = Status.COMPLETED
+            self.recorder.done(req)
+            return
+        req.first_token_us = -1  # the first token reaches the user when the KV has landed
+        self.instances[decode].incoming(req, now)
+
+    def _on_reserved(self, req: Request, now: int) -> None:
+        """The decode instance holds blocks for the KV: send it."""
+        pool = self.pool_of[req.prefill_instance]
+        nbytes = req.prompt_tokens * pool.model.kv_bytes_per_token_per_gpu(pool.tensor_parallel_size)
+        duration = math.floor(self.transfer_latency_us + nbytes / self.transfer_bw * 1e6 + 0.5)
+        self.transfers += 1
+        self.transfer_us_total += duration
+        self.transfer_bytes_total += nbytes
+        self._in_transfer[req.request_id] = req
+        self.loop.schedule(now + duration, PRIO_CLUSTER, self._transfer_done, req)
+
+    def _transfer_done(self, now: int, req: Request) -> None:
+        del self._in_transfer[req.request_id]
+        self.instances[req.prefill_instance].release_held(req)
+        req.first_token_us = now
+        req.last_token_us = now
+        self.instances[req.instance].receive(req, now)
+
+    # ------------------------------------------------------------------ end of run
     def finish(self, horizon_us: int | None) -> None:
         """End of the run: settle fast-forwarded runs up to the horizon and record in-flight requests."""
+        pending: dict[int, Request] = {}
         for inst in self.instances:
             if horizon_us is not None:
                 inst.settle(horizon_us)
             for req in inst.in_flight():
-                req.status = Status.UNFINISHED
-                self.recorder.done(req)
+                pending[req.request_id] = req
+            for req in inst.awaiting_blocks:
+                pending[req.request_id] = req
+        pending.update(self._transit)
+        pending.update(self._in_transfer)
+        for rid in sorted(pending):
+            req = pending[rid]
+            req.status = Status.UNFINISHED
+            self.recorder.done(req)
+
+    def decision_table(self):
+        import pandas as pd
+
+        cols = ["time_ms", "request_id", "stage", "instance", "score", "best_score", "regret", "scores"]
+        if not self.decisions:
+            return pd.DataFrame({c: [] for c in cols})
+        data = list(zip(*self.decisions))
+        frame = pd.DataFrame(dict(zip(cols, data)))
+        frame["time_ms"] = frame["time_ms"] / 1000.0
+        return frame
+
+
+def _default_signals():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(refresh_interval_ms=0.0, jitter_ms=0.0, transport_delay_ms=0.0, per_signal=None)

@@ -115,9 +115,10 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
     if len(block_sizes) > 1:
         raise ConfigError("cluster.engine.block_size", f"all pools must share one block size (got {sorted(block_sizes)})")
     roles = {p.role for p in pools}
-    if roles != {"mixed"}:
+    if roles != {"mixed"} and ("mixed" in roles or roles != {"prefill", "decode"}):
         raise ConfigError(
-            f"{pools[0].key}.role",
-            "prefill/decode pools (P/D disaggregation) are not available yet: use role 'mixed'",
+            "cluster.pools",
+            "P/D disaggregation needs at least one prefill pool and one decode pool, and no mixed pool "
+            f"(got roles {', '.join(sorted(roles))})",
         )
     return pools

@@ -59,6 +59,16 @@ class PoolConfig:
 
 
 @dataclass
+class KVTransferConfig:
+    """The prefill-to-decode KV link under P/D disaggregation: time = latency + bytes / bandwidth, with
+    bytes the prompt's KV per GPU (TP-sharded). Defaults: aiconfigurator's inter-node figures
+    (shared/data/hardware.json): 50 GB/s per GPU per direction and 10 us latency."""
+
+    bandwidth_gbps: float = 50.0
+    latency_us: float = 10.0
+
+
+@dataclass
 class ClusterConfig:
     model: str = "llama-3.1-8b"
     hardware: str = "H100"
@@ -66,24 +76,44 @@ class ClusterConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     pools: list[PoolConfig] | None = None
+    kv_transfer: KVTransferConfig = field(default_factory=lambda: KVTransferConfig())
 
 
 @dataclass
 class SignalsConfig:
-    """How fresh the instance-reported signals are that routers read (0 = live)."""
+    """How fresh the instance-reported signals are that routers read.
+
+    Router-owned signals (requests in transit, outstanding requests, the prefix index) are always
+    current. Instance-reported ones (queue_depth, running, kv_utilization, cache_hit_rate,
+    queued_tokens) are scraped every ``refresh_interval_ms`` (0 = routers read live state), each
+    interval drawn uniformly within +-``jitter_ms``, and become visible ``transport_delay_ms`` later.
+    ``per_signal`` overrides interval and jitter per signal, e.g. {kv_utilization: {interval_ms: 500}}.
+    """
 
     refresh_interval_ms: float = 0.0
+    jitter_ms: float = 0.0
+    transport_delay_ms: float = 0.0
+    per_signal: dict[str, Any] | None = None
 
 
 @dataclass
 class AdmissionConfig:
-    kind: str = "always"
+    kind: str = "always"  # always | reject_all | token_bucket | queue_limit | slo_aware
+    latency_ms: float = 0.0  # time the admission decision adds before the request reaches its instance
+    capacity_tokens: float | None = None  # token_bucket: bucket size in input tokens
+    refill_tokens_per_s: float | None = None  # token_bucket: refill rate
+    max_queued_requests: int | None = None  # queue_limit: reject above this many queued cluster-wide
+    slo_margin: float | None = None  # slo_aware: reject when predicted TTFT > margin x the TTFT SLO
 
 
 @dataclass
 class RoutingConfig:
     kind: str = "round_robin"
+    latency_ms: float = 0.0  # time the routing decision adds before the request reaches its instance
     scorers: dict[str, float] | None = None  # weighted: scorer name -> weight
+    load_guard: float | None = None  # prefix/session affinity: max outstanding requests above the least loaded
+    prefix_index_blocks: int | None = None  # router-side prefix index per instance (LRU); null: its KV blocks
+    half_life_ms: float | None = None  # cost_escalation: half-life of an instance's routing cost
 
 
 @dataclass
@@ -91,6 +121,7 @@ class PolicyConfig:
     name: str = "round_robin"
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    trace_decisions: bool = False  # write decisions.parquet: every candidate's score and the regret
 
 
 @dataclass
@@ -99,13 +130,8 @@ class FitnessConfig:
 
     kind: str = "goodput"  # goodput | weighted
     per: str = "gpu"  # goodput: per gpu | dollar | none
-
-
-@dataclass
-class RunnerConfig:
-    address: str | None = None  # null: local Ray; "auto" or "ray://host:port": an existing cluster
-    num_workers: int | None = None  # null: one actor per CPU of the cluster
-    max_retries: int = 2
+    weights: dict[str, float] | None = None  # weighted: metric -> weight
+    refs: dict[str, float] | None = None  # weighted: metric -> reference value (the scale of "good")
 
 
 @dataclass

@@ -41,7 +41,7 @@ from distsim.instance.latency.base import LatencyModel, StepShape
 from distsim.instance.queues import QUEUES
 from distsim.request import Request, Status
 
-WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+WAITING, PREFILL, DECODE, DONE, HANDED_OFF = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -163,23 +163,54 @@ class Instance:
         self.plan_ends: list[int] | None = None
         self.plan_blocks_pending = False  # the run's decode blocks are allocated when it is applied
         self.stats = InstanceStats()
+        self.board = None  # the cluster's SignalBoard: this instance pushes its state there
+        self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
+        self.on_prefilled: Callable[[Request, int], None] | None = None  # P/D: a prefill finished here
+        self.held: dict[int, tuple[list, int]] = {}  # P/D prefill side: blocks held until the KV is sent
+        self.reserved: dict[int, Request] = {}  # P/D decode side: blocks reserved for an incoming KV
+        self.awaiting_blocks: list[Request] = []  # P/D decode side: transfers waiting for blocks
+        self.on_reserved: Callable[[Request, int], None] | None = None  # P/D: blocks ready, send the KV
+
+    def attach(self, board) -> None:
+        self.board = board
+        self._publish()
+
+    def _publish(self) -> None:
+        board = self.board
+        if board is not None:
+            i = self.index
+            board.waiting[i] = len(self.waiting)
+            board.running[i] = len(self.running)
+            board.kv_used[i] = self.kv.total - self.kv.free - len(self.kv.evictable)
+            board.queued_tokens[i] = self.waiting_tokens
 
     # ------------------------------------------------------------------ arrivals
     def enqueue(self, req: Request, now: int) -> None:
         """A request arrives at this instance's waiting queue."""
         req.instance = self.index
         req.enqueue_us = now
-        p = self.params
-        if _ceil_div(req.prompt_tokens + req.output_tokens - 1, self.bs) > p.total_kv_blocks or (
-            not self.chunked and req.prompt_tokens > self.max_tokens
-        ):
+        if not self.can_ever_fit(req):
             req.status = Status.DROPPED
             req.phase = DONE
             self.stats.dropped += 1
             self.on_done(req)
             return
+        self._enqueue(req, now)
+
+    def can_ever_fit(self, req: Request) -> bool:
+        """Whether the request, alone on this instance, could ever run to the end."""
+        tokens = req.prompt_tokens if self.role == "prefill" else req.prompt_tokens + req.output_tokens - 1
+        if _ceil_div(tokens, self.bs) > self.params.total_kv_blocks:
+            return False
+        return self.chunked or req.prompt_tokens <= self.max_tokens
+
+    def _enqueue(self, req: Request, now: int) -> None:
         req.phase = WAITING
         self.waiting.append(req)
+        self.waiting_tokens += req.prompt_tokens + req.generated - req.computed
+        if self.board is not None:
+            self.board.waiting[self.index] = len(self.waiting)
+            self.board.queued_tokens[self.index] = self.waiting_tokens
         if not self.busy:
             self.busy = True
             self.plan_steps = 0
@@ -212,7 +243,10 @@ class Instance:
             return  # a run that was cut short
         if self.plan_steps:
             self._apply_plan(now)
+        if self.awaiting_blocks:
+            self._reserve_incoming(now)
         self._plan_next(now)
+        self._publish()
 
     def _apply_plan(self, now: int) -> None:
         """Everything that happens at the end of the planned step(s)."""
@@ -226,8 +260,10 @@ class Instance:
         stats.busy_us += now - self.plan_begin
         if self.plan_durations is not None:
             durations = self.plan_durations
-            if self.plan_blocks_pending:
-                self.kv.allocate(self._decode_block_need(c0, k))
+            if self.plan_blocks_pending and k > 1:
+                self.kv.allocate(self._decode_block_need(c0 + 1, k - 1))
+            if self.board is not None:
+                self.board.in_run.pop(self.index, None)
             if b:
                 stats.itl_run_durations.extend(durations[:k] if k < len(durations) else durations)
                 stats.itl_run_counts.append(k)
@@ -282,7 +318,9 @@ class Instance:
             else:
                 stats.itl_single.append(now - req.last_token_us)  # first token after a recompute
             req.last_token_us = now
-            if req.generated >= req.output_tokens:
+            if self.role == "prefill":
+                self._hand_off(req, now)
+            elif req.generated >= req.output_tokens:
                 req.phase = DONE
                 self._finish(req, now, req.private_blocks)
             else:
@@ -376,6 +414,12 @@ class Instance:
         if not chunks and self.fast_forward and not preempted:
             run = self._decode_run_length(c, need_dec)
             if run > 1:
+                # the first step's blocks are taken now, as a single step's would be; the rest as the
+                # run is applied (nothing else touches this cache meanwhile)
+                if need_dec:
+                    kv.allocate(need_dec)
+                if self.board is not None:
+                    self.board.in_run[self.index] = self
                 durations = self.latency.decode_steps(b, self.dec_ctx_base + b * c, run)
                 self.plan_steps = run
                 self.plan_durations = durations
@@ -482,6 +526,7 @@ class Instance:
         self.stats.preemptions += 1
         del self.running[req.request_id]
         self.waiting.appendleft(req)
+        self.waiting_tokens += req.prompt_tokens + req.generated
 
     def _admit_waiting(self, now: int, budget: int, need_dec: int, chunks: list) -> int:
         """Admit waiting requests in queue order while budget, sequence cap and blocks allow."""
@@ -493,6 +538,22 @@ class Instance:
         while waiting and budget > 0 and len(running) < self.max_seqs:
             req = waiting.peek()
             total = req.prompt_tokens + req.generated
+            if req.computed:  # P/D: its prompt's KV arrived from a prefill instance; blocks are held
+                n = min(total - req.computed, budget)
+                nb = _ceil_div(req.computed + n, bs) - _ceil_div(req.alloc_tokens, bs)
+                if nb > kv.free + len(kv.evictable) - need_dec:
+                    break
+                waiting.popleft()
+                self.waiting_tokens -= total - req.computed
+                kv.allocate(nb)
+                req.alloc_tokens = req.computed + n
+                req.private_blocks += nb
+                req.phase = PREFILL
+                running[req.request_id] = req
+                self.prefilling.append(req)
+                chunks.append((req, n))
+                budget -= n
+                continue
             hits = from_evictable = 0
             hashes = req.block_hashes
             if self.caching and hashes is not None:
@@ -507,6 +568,7 @@ class Instance:
             if nb > kv.free + len(kv.evictable) - from_evictable - need_dec:
                 break
             waiting.popleft()
+            self.waiting_tokens -= total
             if hits:
                 shared = list(hashes[:hits])
                 kv.reference(shared)
@@ -528,6 +590,68 @@ class Instance:
             chunks.append((req, n))
             budget -= n
         return budget
+
+    # ------------------------------------------------------------------ P/D disaggregation
+    def _hand_off(self, req: Request, now: int) -> None:
+        """Prefill side: the prompt is computed and the first token sampled; keep the blocks until the
+        KV has been sent, free the sequence slot."""
+        req.phase = HANDED_OFF
+        del self.running[req.request_id]
+        self.held[req.request_id] = (req.shared_blocks, req.private_blocks)
+        req.shared_blocks = []
+        req.private_blocks = 0
+        req.alloc_tokens = 0
+        req.computed = 0
+        req.hashed_blocks = 0
+        self.stats.completed += 1
+        self.on_prefilled(req, now)
+
+    def release_held(self, req: Request) -> None:
+        """Prefill side: the KV transfer has finished; free the request's blocks."""
+        shared, private = self.held.pop(req.request_id)
+        self.kv.release(shared, private)
+        self._publish()
+
+    def incoming(self, req: Request, now: int) -> None:
+        """Decode side: a prefilled request wants blocks for its KV; served at the next step boundary."""
+        req.instance = self.index
+        self.awaiting_blocks.append(req)
+        if not self.busy:
+            self.busy = True
+            self.plan_steps = 0
+            self.version += 1
+            self.loop.schedule(now, self.priority, self._on_event, self.version)
+        elif self.plan_durations is not None:
+            self._cut_run(now)
+
+    def _reserve_incoming(self, now: int) -> None:
+        kv = self.kv
+        bs = self.bs
+        while self.awaiting_blocks:
+            req = self.awaiting_blocks[0]
+            need = _ceil_div(req.prompt_tokens, bs)
+            if need > kv.free + len(kv.evictable):
+                return
+            self.awaiting_blocks.pop(0)
+            kv.allocate(need)
+            req.private_blocks = need
+            req.alloc_tokens = req.prompt_tokens
+            req.computed = req.prompt_tokens
+            self.reserved[req.request_id] = req
+            self.on_reserved(req, now)
+
+    def receive(self, req: Request, now: int) -> None:
+        """Decode side: the KV has arrived; the request waits for a slot to decode."""
+        del self.reserved[req.request_id]
+        self._enqueue(req, now)
+
+    def run_blocks_by(self, now: int) -> int:
+        """Blocks the fast-forwarded run has taken by ``now`` beyond its first step (for live signals:
+        a step takes its blocks when it starts, and a read at a step's start time comes first)."""
+        if self.plan_durations is None or self.plan_steps <= 1:
+            return 0
+        started = min(bisect_left(self._run_ends(), now), self.plan_steps - 1)
+        return self._decode_block_need(self.plan_start + 1, started) if started > 0 else 0
 
     # ------------------------------------------------------------------ end of simulation
     def settle(self, horizon: int) -> None:
@@ -554,12 +678,17 @@ class Instance:
         private = 0
         referenced = sum(kv.refcount.values())
         holders = 0
+        for shared, held_private in self.held.values():
+            holders += len(shared)
+            private += held_private
+        for req in self.reserved.values():
+            private += req.private_blocks
         for req in self.running.values():
             holders += len(req.shared_blocks)
             if req.phase == DECODE:
                 alloc = req.prompt_tokens + req.decode_offset + c - 1
-                if self.plan_steps and not self.plan_blocks_pending:
-                    alloc += 1  # a single step's blocks are allocated when it is planned
+                if self.plan_steps:
+                    alloc += 1  # the next step's blocks are allocated when it is planned
                 private += _ceil_div(alloc, self.bs) - len(req.shared_blocks)
             elif req.phase == PREFILL:
                 private += req.private_blocks

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,8 +22,9 @@ class PolicyContext:
     """What a policy may be built from."""
 
     num_instances: int
-    rng: np.random.Generator  # the policy's own stream ("router" or "admission")
+    rng: np.random.Generator  # the policy's own stream ("router", "router/decode", "admission")
     seed: int
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. default_ttft_slo_ms
 
 
 class Router:

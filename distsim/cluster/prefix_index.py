@@ -1,0 +1,70 @@
+"""The router's own prefix index: which prompt blocks it has sent to which instance.
+
+Real prefix-aware routers (llm-d's precise and approximate scorers, SGLang's router) keep such an
+index instead of asking instances: per instance a bounded LRU of block hashes, updated as requests
+are routed. Lookups must be cheap on large clusters, so each hash maps to a bitmask of the instances
+holding it; the longest-prefix match of a request against every instance is a walk down its hashes
+intersecting masks, then a few vectorised unpacks.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+
+class PrefixIndex:
+    def __init__(self, num_instances: int, capacity_blocks: Sequence[int]):
+        self.n = num_instances
+        self.capacity = list(capacity_blocks)
+        self.owners: dict[Hashable, int] = {}  # hash -> bitmask of instances
+        self.lru: list[OrderedDict] = [OrderedDict() for _ in range(num_instances)]
+        self._nbytes = (num_instances + 7) // 8
+
+    def record(self, instance: int, hashes: Sequence[Hashable]) -> None:
+        """The blocks of a request routed to ``instance`` become (most recently) its."""
+        lru = self.lru[instance]
+        owners = self.owners
+        bit = 1 << instance
+        cap = self.capacity[instance]
+        for h in hashes:
+            if h in lru:
+                lru.move_to_end(h)
+                continue
+            lru[h] = None
+            owners[h] = owners.get(h, 0) | bit
+            if len(lru) > cap:
+                old, _ = lru.popitem(last=False)
+                mask = owners[old] & ~bit
+                if mask:
+                    owners[old] = mask
+                else:
+                    del owners[old]
+
+    def match(self, hashes: Sequence[Hashable] | None) -> np.ndarray:
+        """Blocks of ``hashes`` each instance holds as a prefix (int64 array, one per instance)."""
+        lengths = np.zeros(self.n, dtype=np.int64)
+        if not hashes:
+            return lengths
+        owners = self.owners
+        mask = owners.get(hashes[0], 0)
+        run = 0
+        for h in hashes:
+            nxt = mask & owners.get(h, 0)
+            if nxt != mask:
+                if run:
+                    lengths += run * self._bits(mask)
+                run = 0
+                mask = nxt
+                if not mask:
+                    break
+            run += 1
+        if mask and run:
+            lengths += run * self._bits(mask)
+        return lengths
+
+    def _bits(self, mask: int) -> np.ndarray:
+        raw = np.frombuffer(mask.to_bytes(self._nbytes, "little"), dtype=np.uint8)
+        return np.unpackbits(raw, bitorder="little")[: self.n].astype(np.int64)

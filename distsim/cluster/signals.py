@@ -1,0 +1,131 @@
+"""Signals routers read, and how stale they are.
+
+Instances push their state into the board's live arrays as it changes (a few array writes per
+event, never a copy of cache state). With ``refresh_interval_ms == 0`` and no transport delay,
+routers read those live arrays. Otherwise each signal is scraped on its own cadence (interval,
+uniform jitter from the "signals" RNG stream) and the snapshot becomes visible after the transport
+delay, like a metrics scrape. A scrape copies a few small arrays, so stale signals cost little.
+
+KV use inside a fast-forwarded decode run is computed for the exact read time, so reads agree with
+stepping one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from distsim.engine.loop import PRIO_CLUSTER, EventLoop
+from distsim.errors import ConfigError
+
+SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued_tokens")
+
+
+class SignalBoard:
+    def __init__(self, num_instances: int, kv_total: np.ndarray, cfg: Any, loop: EventLoop, rng: np.random.Generator):
+        n = num_instances
+        self.loop = loop
+        self.rng = rng
+        self.waiting = np.zeros(n, dtype=np.int64)
+        self.running = np.zeros(n, dtype=np.int64)
+        self.kv_used = np.zeros(n, dtype=np.int64)
+        self.queued_tokens = np.zeros(n, dtype=np.int64)
+        self.cached_tokens = np.zeros(n, dtype=np.int64)
+        self.prompt_tokens = np.zeros(n, dtype=np.int64)
+        self.kv_total = np.asarray(kv_total, dtype=np.float64)
+        self.in_run: dict[int, Any] = {}  # instance index -> instance, while it fast-forwards a decode run
+        self.cadence = _cadences(cfg)
+        self.delay_us = _us(cfg.transport_delay_ms, "signals.transport_delay_ms")
+        self.live = self.delay_us == 0 and all(interval == 0 for interval, _ in self.cadence.values())
+        self.published: dict[str, np.ndarray] = {}
+        self.scrapes = 0
+        self._active: Callable[[], bool] = lambda: True
+
+    # ---------------------------------------------------------------- reading
+    def read(self, name: str) -> np.ndarray:
+        if self.live or self.cadence[name][0] == 0 and self.delay_us == 0:
+            return self.current(name, self.loop.now)
+        return self.published[name]
+
+    def current(self, name: str, now: int) -> np.ndarray:
+        """The live value of a signal at ``now``."""
+        if name == "queue_depth":
+            return self.waiting
+        if name == "running":
+            return self.running
+        if name == "queued_tokens":
+            return self.queued_tokens
+        if name == "kv_utilization":
+            used = self.kv_used
+            if self.in_run:
+                used = used.copy()
+                for i, inst in self.in_run.items():
+                    used[i] += inst.run_blocks_by(now)
+            return used / self.kv_total
+        if name == "cache_hit_rate":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = self.cached_tokens / self.prompt_tokens
+            return np.nan_to_num(rate, nan=0.0)
+        raise KeyError(name)
+
+    # ---------------------------------------------------------------- scraping
+    def start(self, active: Callable[[], bool]) -> None:
+        """Begin the scrapes (stale mode). ``active`` tells whether the cluster still has work; scrapes
+        stop when it has none, so the run can end."""
+        if self.live:
+            return
+        self._active = active
+        for name in SIGNALS:
+            self.published[name] = self.current(name, 0).copy()
+            interval, _ = self.cadence[name]
+            if interval > 0:
+                self.loop.schedule(self._next(name, 0), PRIO_CLUSTER, self._scrape, name)
+
+    def _next(self, name: str, now: int) -> int:
+        interval, jitter = self.cadence[name]
+        if jitter:
+            interval += int(self.rng.integers(-jitter, jitter + 1))
+        return now + max(interval, 1)
+
+    def _scrape(self, now: int, name: str) -> None:
+        self.scrapes += 1
+        snapshot = self.current(name, now).copy()
+        if self.delay_us:
+            self.loop.schedule(now + self.delay_us, PRIO_CLUSTER, self._publish, (name, snapshot))
+        else:
+            self.published[name] = snapshot
+        if self._active():
+            self.loop.schedule(self._next(name, now), PRIO_CLUSTER, self._scrape, name)
+
+    def _publish(self, now: int, item: tuple[str, np.ndarray]) -> None:
+        name, snapshot = item
+        self.published[name] = snapshot
+
+
+def _us(ms: Any, key: str) -> int:
+    if ms is None or not ms >= 0:
+        raise ConfigError(key, f"must be a number >= 0 (got {ms!r})")
+    return int(round(ms * 1000))
+
+
+def _cadences(cfg: Any) -> dict[str, tuple[int, int]]:
+    """Per signal: (interval_us, jitter_us)."""
+    interval = _us(cfg.refresh_interval_ms, "signals.refresh_interval_ms")
+    jitter = _us(cfg.jitter_ms, "signals.jitter_ms")
+    if jitter and jitter >= interval:
+        raise ConfigError("signals.jitter_ms", f"must be smaller than refresh_interval_ms (got {cfg.jitter_ms})")
+    out = {name: (interval, jitter) for name in SIGNALS}
+    for name, spec in (cfg.per_signal or {}).items():
+        if name not in out:
+            raise ConfigError(f"signals.per_signal.{name}", f"unknown signal; known: {', '.join(SIGNALS)}")
+        spec = spec or {}
+        unknown = set(spec) - {"interval_ms", "jitter_ms"}
+        if unknown:
+            raise ConfigError(f"signals.per_signal.{name}.{sorted(unknown)[0]}", "unknown key; known: interval_ms, jitter_ms")
+        iv = _us(spec.get("interval_ms", cfg.refresh_interval_ms), f"signals.per_signal.{name}.interval_ms")
+        jt = _us(spec.get("jitter_ms", 0), f"signals.per_signal.{name}.jitter_ms")
+        if jt and jt >= iv:
+            raise ConfigError(f"signals.per_signal.{name}.jitter_ms", "must be smaller than interval_ms")
+        out[name] = (iv, jt)
+    return out

@@ -1,0 +1,85 @@
+"""What policies see: a read-only view over their candidate instances.
+
+A router never touches an instance. It reads signals (possibly stale, see signals.py), the
+router-owned counters (always current), the router's own prefix index, and static facts about the
+instances. Under P/D disaggregation the prefill router and the decode router each get a view of
+their own pool, so every policy is written once, for "n candidate instances".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distsim.cluster.prefix_index import PrefixIndex
+from distsim.cluster.signals import SignalBoard
+from distsim.engine.loop import EventLoop
+from distsim.request import Request
+
+
+class RouterState:
+    """Counters the router keeps itself (always current), over all instances."""
+
+    def __init__(self, n: int):
+        self.in_transit = np.zeros(n, dtype=np.int64)  # routed, not yet in the instance's queue
+        self.outstanding = np.zeros(n, dtype=np.int64)  # routed, not yet finished there
+
+
+class ClusterView:
+    def __init__(
+        self,
+        board: SignalBoard,
+        state: RouterState,
+        loop: EventLoop,
+        members: np.ndarray,
+        *,
+        prefix_index: PrefixIndex | None,
+        facts: dict[str, np.ndarray],
+        step_models: list[Any],
+    ):
+        self._board = board
+        self._state = state
+        self._loop = loop
+        self.members = members  # global instance index of each candidate
+        self._all = members.size == len(board.waiting) and bool(np.all(members == np.arange(members.size)))
+        self._index = prefix_index
+        self.n = int(members.size)
+        self.facts = {k: v[members] for k, v in facts.items()}  # static per-instance facts
+        self.step_models = [step_models[i] for i in members]
+
+    def _pick(self, arr: np.ndarray) -> np.ndarray:
+        return arr if self._all else arr[self.members]
+
+    @property
+    def now(self) -> int:
+        return self._loop.now
+
+    # instance-reported (refreshed per the signals config)
+    def queue_depth(self) -> np.ndarray:
+        return self._pick(self._board.read("queue_depth"))
+
+    def running(self) -> np.ndarray:
+        return self._pick(self._board.read("running"))
+
+    def kv_utilization(self) -> np.ndarray:
+        return self._pick(self._board.read("kv_utilization"))
+
+    def cache_hit_rate(self) -> np.ndarray:
+        return self._pick(self._board.read("cache_hit_rate"))
+
+    def queued_tokens(self) -> np.ndarray:
+        return self._pick(self._board.read("queued_tokens"))
+
+    # router-owned (always current)
+    def in_transit(self) -> np.ndarray:
+        return self._pick(self._state.in_transit)
+
+    def outstanding(self) -> np.ndarray:
+        return self._pick(self._state.outstanding)
+
+    def prefix_match(self, req: Request) -> np.ndarray:
+        """Blocks of the request's prompt each candidate holds, per the router's own index."""
+        if self._index is None:
+            raise RuntimeError("this router did not ask for a prefix index (uses_prefix_index)")
+        return self._pick(self._index.match(req.block_hashes))
