@@ -75,9 +75,7 @@ class Cluster:
         self.pool_of = pool_of
         signals_cfg = signals_cfg if signals_cfg is not None else _default_signals()
         kv_total = np.array([inst.kv.total for inst in self.instances], dtype=np.float64)
-        self.board = SignalBoard(n, kv_total, signals_cfg, loop, stream(seed, "signals"))
-        for inst in self.instances:
-            inst.attach(self.board)
+        self.board = SignalBoard(self.instances, kv_total, signals_cfg, loop, stream(seed, "signals"))
         self.state = RouterState(n)
 
         load_builtin_policies()
@@ -124,6 +122,10 @@ class Cluster:
         self.admission = ADMISSIONS.get(policy_cfg.admission.kind)(
             policy_cfg.admission, PolicyContext(self.entry_view.n, stream(seed, "admission"), seed, ctx_extra)
         )
+        if self.board.live and (
+            getattr(self.router, "reads_signals", False) or getattr(self.admission, "reads_signals", False)
+        ):
+            self.board.enable_push()
         self.dispatch_us = _ms_to_us(getattr(policy_cfg.admission, "latency_ms", 0.0), "policy.admission.latency_ms") + _ms_to_us(
             getattr(routing, "latency_ms", 0.0), "policy.routing.latency_ms"
         )

@@ -23,8 +23,9 @@ SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued
 
 
 class SignalBoard:
-    def __init__(self, num_instances: int, kv_total: np.ndarray, cfg: Any, loop: EventLoop, rng: np.random.Generator):
-        n = num_instances
+    def __init__(self, instances: list, kv_total: np.ndarray, cfg: Any, loop: EventLoop, rng: np.random.Generator):
+        n = len(instances)
+        self.instances = instances
         self.loop = loop
         self.rng = rng
         self.waiting = np.zeros(n, dtype=np.int64)
@@ -38,6 +39,7 @@ class SignalBoard:
         self.cadence = _cadences(cfg)
         self.delay_us = _us(cfg.transport_delay_ms, "signals.transport_delay_ms")
         self.live = self.delay_us == 0 and all(interval == 0 for interval, _ in self.cadence.values())
+        self.pushed = False  # instances push their state here only when a policy reads it live
         self.published: dict[str, np.ndarray] = {}
         self.scrapes = 0
         self._active: Callable[[], bool] = lambda: True
@@ -48,8 +50,16 @@ class SignalBoard:
             return self.current(name, self.loop.now)
         return self.published[name]
 
+    def enable_push(self) -> None:
+        """Have instances push their state on every change (live reads by a policy)."""
+        self.pushed = True
+        for inst in self.instances:
+            inst.attach(self)
+
     def current(self, name: str, now: int) -> np.ndarray:
         """The live value of a signal at ``now``."""
+        if not self.pushed:
+            self._pull()
         if name == "queue_depth":
             return self.waiting
         if name == "running":
@@ -68,6 +78,11 @@ class SignalBoard:
                 rate = self.cached_tokens / self.prompt_tokens
             return np.nan_to_num(rate, nan=0.0)
         raise KeyError(name)
+
+    def _pull(self) -> None:
+        """Read every instance's state (a scrape without pushes: a few fields per instance)."""
+        for inst in self.instances:
+            inst.publish_to(self)
 
     # ---------------------------------------------------------------- scraping
     def start(self, active: Callable[[], bool]) -> None:

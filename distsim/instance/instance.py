@@ -164,6 +164,7 @@ class Instance:
         self.plan_blocks_pending = False  # the run's decode blocks are allocated when it is applied
         self.stats = InstanceStats()
         self.board = None  # the cluster's SignalBoard: this instance pushes its state there
+        self.in_run = False  # a fast-forwarded decode run is in flight
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
         self.on_prefilled: Callable[[Request, int], None] | None = None  # P/D: a prefill finished here
         self.held: dict[int, tuple[list, int]] = {}  # P/D prefill side: blocks held until the KV is sent
@@ -172,17 +173,24 @@ class Instance:
         self.on_reserved: Callable[[Request, int], None] | None = None  # P/D: blocks ready, send the KV
 
     def attach(self, board) -> None:
+        """Push state changes to ``board`` from now on (only when a policy reads signals live)."""
         self.board = board
-        self._publish()
+        self.publish_to(board)
+
+    def publish_to(self, board) -> None:
+        i = self.index
+        board.waiting[i] = len(self.waiting)
+        board.running[i] = len(self.running)
+        board.kv_used[i] = self.kv.total - self.kv.free - len(self.kv.evictable)
+        if self.in_run and board is not self.board:  # a pull: add what the run has taken by now
+            board.kv_used[i] += self.run_blocks_by(self.loop.now)
+        board.queued_tokens[i] = self.waiting_tokens
+        board.cached_tokens[i] = self.stats.cached_tokens
+        board.prompt_tokens[i] = self.stats.prompt_tokens
 
     def _publish(self) -> None:
-        board = self.board
-        if board is not None:
-            i = self.index
-            board.waiting[i] = len(self.waiting)
-            board.running[i] = len(self.running)
-            board.kv_used[i] = self.kv.total - self.kv.free - len(self.kv.evictable)
-            board.queued_tokens[i] = self.waiting_tokens
+        if self.board is not None:
+            self.publish_to(self.board)
 
     # ------------------------------------------------------------------ arrivals
     def enqueue(self, req: Request, now: int) -> None:
@@ -264,6 +272,7 @@ class Instance:
                 self.kv.allocate(self._decode_block_need(c0 + 1, k - 1))
             if self.board is not None:
                 self.board.in_run.pop(self.index, None)
+            self.in_run = False
             if b:
                 stats.itl_run_durations.extend(durations[:k] if k < len(durations) else durations)
                 stats.itl_run_counts.append(k)
@@ -420,6 +429,7 @@ class Instance:
                     kv.allocate(need_dec)
                 if self.board is not None:
                     self.board.in_run[self.index] = self
+                self.in_run = True
                 durations = self.latency.decode_steps(b, self.dec_ctx_base + b * c, run)
                 self.plan_steps = run
                 self.plan_durations = durations

@@ -1,0 +1,19 @@
+"""Least KV: the instance with the lowest KV-cache utilisation; ties go to the least loaded."""
+
+import numpy as np
+
+from distsim.policies.base import ROUTERS, Router
+from distsim.policies.choice import load, pick_min
+
+
+@ROUTERS.register("least_kv")
+class LeastKV(Router):
+    reads_signals = True
+
+    def route(self, req, view) -> int:
+        kv = view.kv_utilization()
+        self.last_scores = -kv
+        ties = np.flatnonzero(kv == kv.min())
+        if ties.size == 1:
+            return int(ties[0])
+        return int(ties[pick_min(load(view)[ties], self.ctx.rng)])

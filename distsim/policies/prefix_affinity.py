@@ -1,0 +1,35 @@
+"""Prefix affinity: the instance holding the longest prefix of the request's prompt, per the router's
+own prefix index; among equal matches the least loaded. A load guard keeps it from herding: when the
+best-matching instance has more than ``load_guard`` outstanding requests above the least loaded, the
+request goes to the least loaded instead, which then becomes warm for that prefix too."""
+
+import numpy as np
+
+from distsim.policies.base import ROUTERS, Router
+from distsim.policies.choice import pick_min
+from distsim.policies.session_affinity import load_guard
+
+
+@ROUTERS.register("prefix_affinity")
+class PrefixAffinity(Router):
+    uses_prefix_index = True
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.guard = load_guard(cfg)
+
+    def route(self, req, view) -> int:
+        outstanding = view.outstanding()
+        least = pick_min(outstanding, self.ctx.rng)
+        if not req.block_hashes:
+            return least
+        match = view.prefix_match(req)
+        self.last_scores = match / len(req.block_hashes)
+        best = match.max()
+        if best == 0:
+            return least
+        warm = np.flatnonzero(match == best)
+        choice = int(warm[pick_min(outstanding[warm], self.ctx.rng)])
+        if outstanding[choice] > outstanding[least] + self.guard:
+            return least
+        return choice

@@ -1,0 +1,32 @@
+"""The scorer interface and registry. A new scorer is one file with ``@SCORERS.register("name")``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distsim.registry import Registry
+from distsim.request import Request
+
+
+class Scorer:
+    reads_signals = False  # reads instance-reported signals (so live reads need pushes)
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def score(self, req: Request, view: Any) -> np.ndarray:
+        raise NotImplementedError
+
+
+SCORERS: Registry[type[Scorer]] = Registry("scorer", "policy.routing.scorers")
+
+
+def inverse_minmax(values: np.ndarray) -> np.ndarray:
+    """1 for the smallest value, 0 for the largest, linear between; all 1 when all are equal."""
+    lo = values.min()
+    span = values.max() - lo
+    if span == 0:
+        return np.ones(values.size, dtype=np.float64)
+    return 1.0 - (values - lo) / span

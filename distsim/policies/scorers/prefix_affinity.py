@@ -1,0 +1,24 @@
+"""Prefix affinity: the share of the request's prompt blocks the instance holds (router's index).
+Instances with more than ``load_guard`` outstanding requests above the least loaded score 0, so a
+shared prefix cannot pull all traffic onto one warm instance (the herding that llm-d-like defaults
+show when most requests share a system prompt)."""
+
+import numpy as np
+
+from distsim.policies.scorers.base import SCORERS, Scorer
+from distsim.policies.session_affinity import load_guard
+
+
+@SCORERS.register("prefix_affinity")
+class PrefixAffinityScorer(Scorer):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.guard = load_guard(cfg)
+
+    def score(self, req, view) -> np.ndarray:
+        if not req.block_hashes:
+            return np.zeros(view.n)
+        share = view.prefix_match(req) / len(req.block_hashes)
+        outstanding = view.outstanding()
+        share[outstanding > outstanding.min() + self.guard] = 0.0
+        return share
