@@ -32,8 +32,17 @@ def engine(**kw) -> EngineParams:
     return EngineParams(**base)
 
 
-def policy(routing: str = "round_robin", admission: str = "always"):
-    return SimpleNamespace(routing=SimpleNamespace(kind=routing, scorers=None), admission=SimpleNamespace(kind=admission))
+def policy(routing: str = "round_robin", admission: str = "always", trace: bool = False, **kw):
+    """A policy config; keyword arguments go to routing (``r_...``) or admission (``a_...``)."""
+    r = {"kind": routing, "scorers": None, "latency_ms": 0.0}
+    a = {"kind": admission, "latency_ms": 0.0}
+    for key, value in kw.items():
+        (r if key.startswith("r_") else a)[key[2:]] = value
+    return SimpleNamespace(routing=SimpleNamespace(**r), admission=SimpleNamespace(**a), trace_decisions=trace)
+
+
+def signals(interval_ms: float = 0.0, delay_ms: float = 0.0, jitter_ms: float = 0.0, per_signal=None):
+    return SimpleNamespace(refresh_interval_ms=interval_ms, jitter_ms=jitter_ms, transport_delay_ms=delay_ms, per_signal=per_signal)
 
 
 def run(
@@ -47,13 +56,28 @@ def run(
     check_every_event: bool = False,
     seed: int = 0,
     horizon_us: int | None = None,
+    policy_cfg=None,
+    signals_cfg=None,
+    pools: list | None = None,
+    transfer_cfg=None,
+    ttft_slo_ms: float = 1e9,
 ) -> MiniSim:
     params = params or engine()
     latency = latency or LinearLatency(100.0, 2.0, 5.0)
-    pool = PoolSpec("p", instances, "mixed", FAKE_HW, None, 1, params, latency, "cluster")
+    pools = pools or [PoolSpec("p", instances, "mixed", FAKE_HW, None, 1, params, latency, "cluster")]
     loop = EventLoop(horizon_us)
-    recorder = Recorder(1e9, 1e9)
-    cluster = Cluster([pool], policy(routing), loop, recorder, seed, fast_forward=fast_forward)
+    recorder = Recorder(ttft_slo_ms, 1e9)
+    cluster = Cluster(
+        pools,
+        policy_cfg or policy(routing),
+        loop,
+        recorder,
+        seed,
+        fast_forward=fast_forward,
+        signals_cfg=signals_cfg,
+        transfer_cfg=transfer_cfg,
+        default_ttft_slo_ms=ttft_slo_ms,
+    )
     sim = MiniSim(loop, cluster, recorder)
     if check_every_event:
         _wrap_checks(sim)

@@ -93,7 +93,7 @@ class SignalsConfig:
     refresh_interval_ms: float = 0.0
     jitter_ms: float = 0.0
     transport_delay_ms: float = 0.0
-    per_signal: dict[str, Any] | None = None
+    per_signal: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,7 +110,7 @@ class AdmissionConfig:
 class RoutingConfig:
     kind: str = "round_robin"
     latency_ms: float = 0.0  # time the routing decision adds before the request reaches its instance
-    scorers: dict[str, float] | None = None  # weighted: scorer name -> weight
+    scorers: dict[str, float] = field(default_factory=dict)  # weighted: scorer name -> weight ({}: defaults)
     load_guard: float | None = None  # prefix/session affinity: max outstanding requests above the least loaded
     prefix_index_blocks: int | None = None  # router-side prefix index per instance (LRU); null: its KV blocks
     half_life_ms: float | None = None  # cost_escalation: half-life of an instance's routing cost
@@ -130,8 +130,8 @@ class FitnessConfig:
 
     kind: str = "goodput"  # goodput | weighted
     per: str = "gpu"  # goodput: per gpu | dollar | none
-    weights: dict[str, float] | None = None  # weighted: metric -> weight
-    refs: dict[str, float] | None = None  # weighted: metric -> reference value (the scale of "good")
+    weights: dict[str, float] = field(default_factory=dict)  # weighted: metric -> weight ({}: defaults)
+    refs: dict[str, float] = field(default_factory=dict)  # weighted: metric -> the value scoring 0.5
 
 
 @dataclass

@@ -5,11 +5,16 @@ the number of GPUs (``per: gpu``), by the dollars per hour of the cluster (``per
 all (``per: none``). Goodput is the figure serving papers (DistServe, Sarathi-Serve) and production
 routers optimise: it rewards throughput only while latency objectives hold, so a policy cannot win by
 overloading instances, and normalising by GPUs or dollars lets clusters of different sizes compare.
+
+``weighted`` (BLIS style): a weighted mean of metrics each mapped to [0, 1]: a higher-is-better
+metric x becomes x / (x + ref), a lower-is-better one ref / (ref + x), a share stays as it is; ``ref``
+is the value that scores 0.5 (the scale of "good"). Useful when the objective mixes latency and cost
+and no single SLO captures it. Unknown metric names list the known ones.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from distsim.errors import ConfigError
 from distsim.metrics.summary import rnd
@@ -31,6 +36,53 @@ def goodput_fitness(summary: dict[str, Any], cfg: Any) -> float:
     if per == "none":
         return rps
     raise ConfigError("fitness.per", f"must be gpu, dollar or none (got {per!r})")
+
+
+def _per_gpu(summary: dict[str, Any], value: float | None) -> float:
+    gpus = summary["_derived"]["gpus"]
+    return (value or 0.0) / gpus if gpus else 0.0
+
+
+# name -> (how to read it from the summary, direction, default ref)
+WEIGHTED_METRICS: dict[str, tuple[Callable[[dict], float | None], str, float]] = {
+    "slo_attainment": (lambda s: s["goodput"]["slo_attainment"], "share", 1.0),
+    "goodput_per_gpu": (lambda s: _per_gpu(s, s["goodput"]["requests_per_s"]), "higher", 1.0),
+    "throughput_per_gpu": (lambda s: _per_gpu(s, s["throughput"]["output_tokens_per_s"]), "higher", 1000.0),
+    "ttft_mean_ms": (lambda s: s["ttft_ms"]["mean"], "lower", 500.0),
+    "ttft_p99_ms": (lambda s: s["ttft_ms"]["p99"], "lower", 1000.0),
+    "tpot_p99_ms": (lambda s: s["tpot_ms"]["p99"], "lower", 100.0),
+    "e2e_p99_ms": (lambda s: s["e2e_ms"]["p99"], "lower", 10000.0),
+    "cost_usd_per_1k_tokens": (lambda s: s["cost_usd_per_1k_tokens"], "lower", 0.001),
+}
+DEFAULT_WEIGHTS = {"slo_attainment": 1.0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0, "throughput_per_gpu": 1.0}
+
+
+@FITNESS.register("weighted")
+def weighted_fitness(summary: dict[str, Any], cfg: Any) -> float:
+    weights = dict(cfg.get("weights") or DEFAULT_WEIGHTS)
+    refs = dict(cfg.get("refs") or {})
+    for name in list(weights) + list(refs):
+        if name not in WEIGHTED_METRICS:
+            raise ConfigError(f"fitness.weights.{name}", f"unknown metric; known: {', '.join(sorted(WEIGHTED_METRICS))}")
+    if any(w is None or w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+        raise ConfigError("fitness.weights", "weights must be >= 0 and not all zero")
+    total = 0.0
+    for name, w in weights.items():
+        read, direction, ref = WEIGHTED_METRICS[name]
+        ref = float(refs.get(name, ref))
+        if not ref > 0:
+            raise ConfigError(f"fitness.refs.{name}", f"must be > 0 (got {ref})")
+        x = read(summary)
+        if x is None:  # nothing completed: the worst score
+            score = 0.0
+        elif direction == "share":
+            score = float(x)
+        elif direction == "higher":
+            score = x / (x + ref)
+        else:
+            score = ref / (ref + x)
+        total += w * score
+    return total / sum(weights.values())
 
 
 def compute_fitness(summary: dict[str, Any], cfg: Any) -> float | None:
