@@ -27,6 +27,8 @@ from distsim.metrics.recorder import Recorder
 from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext, load_builtin_policies
 from distsim.request import Request, Status
 
+PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as llm-d's approximate scorer
+
 
 def _ms_to_us(value: Any, key: str) -> int:
     if value is None or not value >= 0 or not math.isfinite(value):
@@ -88,7 +90,8 @@ class Cluster:
             cap = getattr(routing, "prefix_index_blocks", None)
             if cap is not None and cap < 1:
                 raise ConfigError("policy.routing.prefix_index_blocks", f"must be >= 1 or null (got {cap})")
-            index = PrefixIndex(n, [cap or inst.kv.total for inst in self.instances])
+            stride = max(1, PREFIX_CHUNK_TOKENS // self.instances[0].bs)
+            index = PrefixIndex(n, [cap or inst.kv.total for inst in self.instances], stride)
         self.prefix_index = index
         facts = {
             "gpus": np.array([inst.gpus for inst in self.instances], dtype=np.int64),

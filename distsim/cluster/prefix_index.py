@@ -5,6 +5,10 @@ index instead of asking instances: per instance a bounded LRU of block hashes, u
 are routed. Lookups must be cheap on large clusters, so each hash maps to a bitmask of the instances
 holding it; the longest-prefix match of a request against every instance is a walk down its hashes
 intersecting masks, then a few vectorised unpacks.
+
+Like llm-d's approximate prefix scorer (64-token chunks), the index keeps one key per ``stride``
+engine blocks: block hashes are chained, so the key of every stride-th block stands for the whole
+prefix up to it, and a match is exact to within one chunk at a fraction of the work.
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ import numpy as np
 
 
 class PrefixIndex:
-    def __init__(self, num_instances: int, capacity_blocks: Sequence[int]):
+    def __init__(self, num_instances: int, capacity_blocks: Sequence[int], stride: int = 1):
         self.n = num_instances
-        self.capacity = list(capacity_blocks)
+        self.stride = stride
+        self.capacity = [max(1, c // stride) for c in capacity_blocks]  # in keys
         self.owners: dict[Hashable, int] = {}  # hash -> bitmask of instances
         self.lru: list[OrderedDict] = [OrderedDict() for _ in range(num_instances)]
         self._nbytes = (num_instances + 7) // 8
 
     def record(self, instance: int, hashes: Sequence[Hashable]) -> None:
         """The blocks of a request routed to ``instance`` become (most recently) its."""
+        if self.stride > 1:
+            hashes = hashes[self.stride - 1 :: self.stride]
         lru = self.lru[instance]
         owners = self.owners
         bit = 1 << instance
@@ -46,6 +53,8 @@ class PrefixIndex:
     def match(self, hashes: Sequence[Hashable] | None) -> np.ndarray:
         """Blocks of ``hashes`` each instance holds as a prefix (int64 array, one per instance)."""
         lengths = np.zeros(self.n, dtype=np.int64)
+        if hashes and self.stride > 1:
+            hashes = hashes[self.stride - 1 :: self.stride]
         if not hashes:
             return lengths
         owners = self.owners
@@ -63,7 +72,7 @@ class PrefixIndex:
             run += 1
         if mask and run:
             lengths += run * self._bits(mask)
-        return lengths
+        return lengths * self.stride if self.stride > 1 else lengths
 
     def _bits(self, mask: int) -> np.ndarray:
         raw = np.frombuffer(mask.to_bytes(self._nbytes, "little"), dtype=np.uint8)

@@ -312,11 +312,18 @@ class Instance:
             hashes = req.block_hashes
             if self.caching and hashes is not None:
                 full = min(req.computed // bs, len(hashes))
-                for i in range(req.hashed_blocks, full):
-                    if kv.try_insert(hashes[i]):
-                        req.shared_blocks.append(hashes[i])
-                        req.private_blocks -= 1
                 if full > req.hashed_blocks:
+                    # register the newly full prompt blocks under their hashes (inlined KVCache.try_insert:
+                    # this loop runs once per prompt block)
+                    refcount = kv.refcount
+                    evictable = kv.evictable
+                    shared = req.shared_blocks
+                    before = len(shared)
+                    for h in hashes[req.hashed_blocks : full]:
+                        if h not in refcount and h not in evictable:
+                            refcount[h] = 1
+                            shared.append(h)
+                    req.private_blocks -= len(shared) - before
                     req.hashed_blocks = full
             if req.computed < req.prompt_tokens + req.generated:
                 continue  # more chunks to go
@@ -548,21 +555,16 @@ class Instance:
         while waiting and budget > 0 and len(running) < self.max_seqs:
             req = waiting.peek()
             total = req.prompt_tokens + req.generated
-            if req.computed:  # P/D: its prompt's KV arrived from a prefill instance; blocks are held
-                n = min(total - req.computed, budget)
-                nb = _ceil_div(req.computed + n, bs) - _ceil_div(req.alloc_tokens, bs)
+            if req.computed:  # P/D: the prompt's KV arrived from a prefill instance; it decodes from here
+                nb = 1 if req.computed % bs == 0 else 0  # its next token may open a block
                 if nb > kv.free + len(kv.evictable) - need_dec:
                     break
                 waiting.popleft()
                 self.waiting_tokens -= total - req.computed
                 kv.allocate(nb)
-                req.alloc_tokens = req.computed + n
-                req.private_blocks += nb
-                req.phase = PREFILL
                 running[req.request_id] = req
-                self.prefilling.append(req)
-                chunks.append((req, n))
-                budget -= n
+                self._join_decode(req)  # it decodes in this step: generated = 1 = offset + steps done
+                budget -= 1
                 continue
             hits = from_evictable = 0
             hashes = req.block_hashes
@@ -693,6 +695,9 @@ class Instance:
             private += held_private
         for req in self.reserved.values():
             private += req.private_blocks
+        for req in self.waiting:
+            if req.computed:  # P/D: its KV has arrived and waits for a sequence slot
+                private += req.private_blocks
         for req in self.running.values():
             holders += len(req.shared_blocks)
             if req.phase == DECODE:

@@ -14,7 +14,8 @@ and no single SLO captures it. Unknown metric names list the known ones.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from distsim.errors import ConfigError
 from distsim.metrics.summary import rnd

@@ -73,7 +73,8 @@ def register_latency_model(kind: str) -> Callable[[LatencyFactory], LatencyFacto
 
 
 def build_latency_model(cfg: Any, ctx: LatencyContext, key: str = "cluster.latency") -> LatencyModel:
-    """Build the model named by ``cfg.kind`` (``cfg`` is the ``cluster.latency`` node)."""
+    """Build the model named by ``cfg.kind`` (``cfg`` is the ``cluster.latency`` node), after applying
+    the latency profile that ``cfg.profile`` names, if any (see :mod:`distsim.instance.latency.profile`)."""
     from distsim.errors import ConfigError
     from distsim.instance.latency import linear  # noqa: F401  (registers)
 
@@ -81,6 +82,9 @@ def build_latency_model(cfg: Any, ctx: LatencyContext, key: str = "cluster.laten
         from distsim.instance.latency import roofline  # noqa: F401  (registers)
     except ImportError:  # pragma: no cover - roofline lands with the catalog
         pass
+    from distsim.instance.latency.profile import apply_profile
+
+    cfg = apply_profile(cfg, key)
     factory = LATENCY_MODELS.get(cfg.kind)
     if factory is None:
         raise ConfigError(f"{key}.kind", f"unknown latency model {cfg.kind!r}; known: {', '.join(sorted(LATENCY_MODELS))}")

@@ -11,7 +11,8 @@ compute (us) = [F_lin' x P + F_lin x D + F_win x T + F_pair x A + F_dpair x C] /
     F_pair    attention FLOPs per query-key pair, 4 x heads x head_dim per full layer (MLA: materialised form)
     F_dpair   the same for decode queries (MLA decodes in the weight-absorbed form over the latent)
     peak      HardwareSpec.bf16_tflops (dense); compute_eff defaults to the catalog's per-GPU default
-              (BLIS prefill MFU where published, calibrated on vLLM runs for the RTX cards; SOURCES.md)
+              (BLIS prefill MFU where published or of the same architecture, else H100's; never
+              fitted to a measured run: fitted values live in latency profiles; SOURCES.md)
 memory (us) = [W(T) + kv_tok x (C + K) + kv_win x (P + window x D)] / (bandwidth x memory_eff)
     W(T)      weight bytes read per GPU: all of them for dense models; for MoE the non-expert weights plus
               per MoE layer the expected distinct experts E x (1 - (1 - k/E)^T) (ModelSpec.expected_experts_touched)
