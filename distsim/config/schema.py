@@ -13,6 +13,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from distsim.config.runner import RunnerConfig
+from distsim.config.search import SearchConfig
 from distsim.config.workload import WorkloadConfig
 
 
@@ -153,6 +154,7 @@ class Config:
     fitness: FitnessConfig = field(default_factory=FitnessConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)  # used by python -m distsim.search only
 
 
 _registered = False

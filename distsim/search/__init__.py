@@ -1,0 +1,1 @@
+"""Evolutionary policy search: candidates evaluated as whole simulations on the sweep runner."""

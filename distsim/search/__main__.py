@@ -1,0 +1,51 @@
+"""``python -m distsim.search``: evolutionary policy search (conf/search.yaml, Hydra overrides).
+
+Scenario overrides (cluster, workload, signals, fitness, runner) apply to every evaluation; search.*
+settings steer the search. The output directory is Hydra's run directory.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from distsim.config.schema import register_schemas
+from distsim.errors import UserError
+
+register_schemas()
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="search")
+def main(cfg: DictConfig) -> float | None:
+    from distsim.search.driver import run_search
+    from distsim.search.evaluate import make_evaluator
+
+    hc = HydraConfig.get()
+    base = [o for o in hc.overrides.task if not o.lstrip("+~").startswith(("search.", "seed=", "runner."))]
+    from distsim.runner.session import connect
+
+    session = None
+    try:
+        session = connect(cfg.runner.address)  # one Ray for every generation's sweep
+        result = run_search(
+            cfg,
+            hc.runtime.output_dir,
+            base,
+            evaluate=make_evaluator(cfg.runner, config_name=hc.job.config_name),
+        )
+    except UserError as err:
+        print(f"distsim.search: {err}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if session is not None:
+            session.shutdown()
+    print(f"\nbest on training seeds: {result.best_train_fitness:.4f}  {' '.join(result.best_overrides)}")
+    print(f"policy written to {result.policy_yaml}")
+    return result.best_train_fitness
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""The search loop.
+
+Each generation asks the optimiser for candidates, evaluates every candidate on the same training
+seeds (common random numbers: every candidate sees the same requests) as one sweep on the runner's
+Ray actor pool, and tells the optimiser each candidate's mean fitness. Generations are synchronous,
+which keeps the search deterministic whatever order jobs finish in.
+
+Resume: every generation is a sweep directory, and the runner skips jobs whose results are already
+there. A rerun asks the same candidates again (the optimiser is seeded), finds their results, and goes
+on from the first unfinished generation.
+
+Outputs in the search directory: candidates.parquet (every candidate, its overrides and its fitness
+per seed), convergence.png, policy/<name>.yaml (the best candidate as a ready policy config),
+holdout.csv (best and built-ins on held-out seeds, ranked with the runner's paired statistics).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from distsim.config.compose import CONF_DIR
+from distsim.errors import ConfigError
+from distsim.search.optimizer import build_optimizer
+from distsim.search.space import SearchSpace
+
+
+@dataclass
+class SearchResult:
+    out_dir: Path
+    candidates: pd.DataFrame
+    best_overrides: list[str]
+    best_train_fitness: float
+    policy_yaml: Path
+    holdout: pd.DataFrame | None
+
+
+def _check(cfg: Any) -> None:
+    s = cfg.search
+    if not s.train_seeds:
+        raise ConfigError("search.train_seeds", "needs at least one seed")
+    if s.generations < 1:
+        raise ConfigError("search.generations", f"must be >= 1 (got {s.generations})")
+    if s.budget is not None and s.budget < s.population * len(s.train_seeds):
+        raise ConfigError("search.budget", "must allow at least one generation (population x train seeds)")
+    overlap = set(s.train_seeds) & set(s.holdout_seeds)
+    if overlap:
+        raise ConfigError("search.holdout_seeds", f"must not repeat training seeds ({sorted(overlap)})")
+    if not (CONF_DIR / "policy" / f"{s.base_policy}.yaml").exists():
+        raise ConfigError("search.base_policy", f"no conf/policy/{s.base_policy}.yaml")
+    for b in s.baselines:
+        if not (CONF_DIR / "policy" / f"{b}.yaml").exists():
+            raise ConfigError("search.baselines", f"no conf/policy/{b}.yaml")
+
+
+def run_search(
+    cfg: Any, out_dir: str | Path, base_overrides: list[str], *, evaluate, echo: bool = True
+) -> SearchResult:
+    """``evaluate(configs, seeds, sweep_dir)`` runs every config (a list of overrides) on every seed
+    and returns the runner's results table; ``base_overrides`` are the user's scenario overrides."""
+    _check(cfg)
+    s = cfg.search
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    space = SearchSpace(s.space)
+    optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed))
+    seeds = [int(x) for x in s.train_seeds]
+    base = [*base_overrides, f"policy={s.base_policy}", "sim.write_requests=false"]
+    generations = int(s.generations)
+    if s.budget is not None:
+        generations = min(generations, int(s.budget) // (int(s.population) * len(seeds)))
+
+    rows: list[dict[str, Any]] = []
+    for gen in range(generations):
+        asked = optimizer.ask()
+        cand_values = [space.values(point) for _, point in asked]
+        configs = [[*base, *SearchSpace.overrides(values)] for values in cand_values]
+        results = evaluate(configs, seeds, out / f"gen_{gen:03d}")
+        fitness = _fitness_by_config(results, configs, seeds)
+        told = []
+        for i, ((handle, _), values, cfg_overrides) in enumerate(zip(asked, cand_values, configs)):
+            per_seed = fitness[i]
+            mean = (
+                float(sum(per_seed) / len(per_seed)) if all(math.isfinite(f) for f in per_seed) else -math.inf
+            )
+            told.append((handle, mean if math.isfinite(mean) else -1e9))
+            for seed, f in zip(seeds, per_seed):
+                rows.append(
+                    {
+                        "generation": gen,
+                        "candidate": i,
+                        "overrides": " ".join(SearchSpace.overrides(values)),
+                        "seed": seed,
+                        "fitness": f,
+                        **values,
+                    }
+                )
+        optimizer.tell(told)
+        if echo:
+            best_gen = max(t for _, t in told)
+            print(f"search: generation {gen + 1}/{generations}: best mean fitness {best_gen:.4f}", flush=True)
+
+    table = pd.DataFrame(rows)
+    table["mean_fitness"] = table.groupby(["generation", "candidate"])["fitness"].transform("mean")
+    table.to_parquet(out / "candidates.parquet", index=False)
+    best_row = table.sort_values(
+        ["mean_fitness", "generation", "candidate"], ascending=[False, True, True]
+    ).iloc[0]
+    best_values = {v.key: best_row[v.key] for v in space.variables}
+    best_values = {k: (v.item() if hasattr(v, "item") else v) for k, v in best_values.items()}
+    policy_yaml = write_policy(out, s.name, s.base_policy, best_values)
+    plot_convergence(table, out / "convergence.png")
+
+    holdout = None
+    if s.holdout_seeds:
+        holdout = compare_on_holdout(cfg, out, base_overrides, evaluate, echo=echo)
+    return SearchResult(
+        out, table, SearchSpace.overrides(best_values), float(best_row["mean_fitness"]), policy_yaml, holdout
+    )
+
+
+def _fitness_by_config(
+    results: pd.DataFrame, configs: list[list[str]], seeds: list[int]
+) -> list[list[float]]:
+    by_key = {}
+    for row in results.itertuples(index=False):
+        f = row.fitness if row.status == "ok" and row.fitness is not None else -math.inf
+        by_key[(row.config, int(row.seed))] = float(f)
+    return [[by_key.get((" ".join(c), seed), -math.inf) for seed in seeds] for c in configs]
+
+
+def write_policy(out: Path, name: str, base_policy: str, values: dict[str, Any]) -> Path:
+    """The best candidate as a policy config: the base policy's file with the searched keys set."""
+    node = OmegaConf.load(CONF_DIR / "policy" / f"{base_policy}.yaml")
+    for key, value in values.items():
+        OmegaConf.update(node, key[len("policy.") :], value, force_add=True)
+    node.name = name
+    path = out / "policy" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"# Evolved by python -m distsim.search from policy={base_policy}.\n"
+        f"# Run it with: python -m distsim hydra.searchpath=[file://{out.resolve()}] policy={name}\n"
+        f"# or copy it into conf/policy/.\n"
+    )
+    path.write_text(header + OmegaConf.to_yaml(node))
+    return path
+
+
+def compare_on_holdout(
+    cfg: Any, out: Path, base_overrides: list[str], evaluate, *, echo: bool
+) -> pd.DataFrame:
+    """The evolved policy and every baseline on seeds the search never saw, ranked with paired tests."""
+    from distsim.runner.ranking import rank_configs
+
+    s = cfg.search
+    seeds = [int(x) for x in s.holdout_seeds]
+    searchpath = f"hydra.searchpath=[file://{out.resolve()}]"
+    configs = [[*base_overrides, f"policy={s.name}", searchpath, "sim.write_requests=false"]]
+    configs += [[*base_overrides, f"policy={b}", "sim.write_requests=false"] for b in s.baselines]
+    results = evaluate(configs, seeds, out / "holdout")
+    ranking = rank_configs(results)
+    ranking.to_csv(out / "holdout.csv", index=False)
+    if echo:
+        from distsim.runner.table import format_ranking
+
+        print("\nheld-out seeds " + ", ".join(map(str, seeds)) + ":")
+        print(format_ranking(ranking))
+    return ranking
+
+
+def plot_convergence(table: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per = table.groupby(["generation", "candidate"])["mean_fitness"].first().reset_index()
+    gen = per.groupby("generation")["mean_fitness"]
+    best_so_far = gen.max().cummax()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(per["generation"], per["mean_fitness"], s=12, alpha=0.5, label="candidates")
+    ax.plot(gen.mean().index, gen.mean().values, label="generation mean")
+    ax.plot(best_so_far.index, best_so_far.values, label="best so far", linewidth=2)
+    ax.set_xlabel("generation")
+    ax.set_ylabel("mean fitness on training seeds")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
