@@ -83,7 +83,7 @@ def run_search(
         results = evaluate(configs, seeds, out / f"gen_{gen:03d}")
         fitness = _fitness_by_config(results, configs, seeds)
         told = []
-        for i, ((handle, _), values, cfg_overrides) in enumerate(zip(asked, cand_values, configs)):
+        for i, ((handle, _), values) in enumerate(zip(asked, cand_values)):
             per_seed = fitness[i]
             mean = (
                 float(sum(per_seed) / len(per_seed)) if all(math.isfinite(f) for f in per_seed) else -math.inf
