@@ -93,8 +93,10 @@ def test_config_overrides_and_validation():
 def test_first_request_ttft_matches_vllm_bench(hw, steps):
     """bench-0 (2358 prompt tokens) on an idle GPU: time from scheduling to its first token.
 
-    The RTX cards' compute efficiencies were calibrated on this very request (catalog/data/SOURCES.md),
-    so this pins the calibration; the decode test below is the independent check.
+    The RTX cards' default compute efficiencies are not fitted to these runs (catalog/data/SOURCES.md:
+    the L40S's published MFU for the RTX 4090, the H100 fallback for the RTX PRO 6000), so this is an
+    out-of-sample sanity check with an honest band: the uncalibrated roofline is 35% slow on the
+    RTX 4090 and 10% fast on the RTX PRO 6000 here (fitted values: docs/fidelity.md).
     """
     run = SHARED / "llmservingsim_bench" / f"{hw}_Llama-3.1-8B" / "requests.jsonl"
     first = json.loads(run.read_text().splitlines()[0])
@@ -105,7 +107,7 @@ def test_first_request_ttft_matches_vllm_bench(hw, steps):
         tokens = sum(n for n, _ in chunks)
         pairs = sum(n * c0 + n * (n + 1) // 2 for n, c0 in chunks)
         simulated += lm.step_us(StepShape(tokens, pairs, sum(n + c0 for n, c0 in chunks), 0, 0))
-    assert simulated == pytest.approx(measured_us, rel=0.05)
+    assert 1 / 1.5 < simulated / measured_us < 1.5
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="shared/data not beside the repo")

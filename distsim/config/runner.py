@@ -1,13 +1,24 @@
-"""Runner config schema: where sweeps run (Ray) and how faults are handled."""
+"""Runner config schema: where sweeps run (Ray) and how faults are handled.
+
+None of these settings changes a simulation's results, so ``runner.*`` overrides are left out of a job's
+identity (its ``overrides`` and ``config`` columns) and a sweep can be resumed with other runner settings.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass
 class RunnerConfig:
-    address: Optional[str] = None  # null: local Ray; "auto" or "ray://host:port": an existing cluster
-    num_workers: Optional[int] = None  # null: one actor per CPU of the cluster
-    max_retries: int = 2
+    address: str | None = (
+        None  # null: local Ray; "auto", "host:port" or "ray://host:port": an existing cluster
+    )
+    num_workers: int | None = None  # null: one actor per CPU of the cluster
+    max_retries: int = 2  # re-runs of a job whose worker process died (a job that raises is not retried)
+    progress: bool = True  # the progress line on stderr (done, running, failed, ETA)
+    resume: bool = True  # skip jobs whose directory already holds a complete result for the same overrides
+    strict: bool = False  # exit non-zero when any job failed (default: only when every job failed)
+    ship_package: bool | None = None  # null: ship distsim via runtime_env py_modules to a remote cluster
+    # unless the driver already runs with a working_dir (ray job submit)
+    alpha: float = 0.05  # significance level of the paired comparison against the best configuration

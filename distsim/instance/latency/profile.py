@@ -128,7 +128,9 @@ def load_profile(name_or_path: str, key: str = "cluster.latency.profile") -> Lat
     found = shipped.get(text.lower()) or shipped.get(path.stem.lower() if path.suffix else "")
     if found is None:
         known = ", ".join(sorted(shipped)) or "none"
-        raise ConfigError(key, f"unknown latency profile {text!r}: not a file, nor a shipped profile ({known})")
+        raise ConfigError(
+            key, f"unknown latency profile {text!r}: not a file, nor a shipped profile ({known})"
+        )
     return read_profile(found)
 
 

@@ -31,6 +31,10 @@ overhead (us) = step_overhead_us, default 500: BLIS's TOverheadMicros for vLLM's
 
 step_us = max(1, floor(max(compute, memory) + all-reduce + overhead + 0.5)).
 
+compute_efficiency, memory_efficiency and step_overhead_us come from ``cluster.latency.*``, else from a
+latency profile fitted to measured runs (``cluster.latency.profile``; ``python -m distsim.calibrate``;
+docs/fidelity.md), else from the defaults above.
+
 The terms are grouped as (fixed part) + (per-KV-token rate x context) so that a run of decode-only steps,
 whose context grows by the batch size each step, is a few in-place array operations.
 

@@ -1,0 +1,141 @@
+"""``python -m distsim.calibrate RUN_DIR... [--model roofline|linear] [--out PROFILE]``: fit a latency model.
+
+Fits the free coefficients of the chosen latency model (roofline: compute_efficiency,
+memory_efficiency, step_overhead_us; linear: base_us, per_prefill_token_us, per_decode_token_us) by
+replaying the runs and minimising the simulated-vs-measured error (distsim.fidelity.fit), then writes
+a latency profile that ``cluster.latency.profile=PATH`` (or a shipped NAME) loads. Arguments with
+``=`` are simulator overrides, applied to every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from distsim import __version__
+from distsim.catalog import load_hardware, load_model
+from distsim.errors import UserError
+from distsim.fidelity.fit import FitResult, fit
+from distsim.fidelity.metrics import comparison_json
+from distsim.fidelity.readers import read_run
+from distsim.fidelity.replay import replay_config
+from distsim.fidelity.run import MeasuredRun
+from distsim.fidelity.score import DEFAULT_WEIGHTS, REQUEST_WEIGHT
+from distsim.fidelity.table import format_comparison
+from distsim.instance.latency.profile import LatencyProfile, write_profile
+
+
+@dataclass
+class Calibration:
+    fit: FitResult
+    profile: LatencyProfile
+
+
+def _sha256(path: Path | None) -> str | None:
+    if path is None or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def calibrate(
+    runs: Sequence[MeasuredRun],
+    kind: str = "roofline",
+    overrides: Sequence[str] = (),
+    *,
+    budget: int = 300,
+    name: str | None = None,
+    command: str | None = None,
+) -> Calibration:
+    """Fit ``kind`` to ``runs`` and describe the result as a profile (not yet written)."""
+    result = fit(runs, kind, overrides, budget=budget)
+    cfg = replay_config(runs[0], overrides)
+    hardware = load_hardware(cfg.cluster.hardware).name
+    model = load_model(cfg.cluster.model).name
+    name = name or _slug(f"{hardware}-{model}-{kind}")
+    provenance = {
+        "runs": [
+            {
+                "name": r.name,
+                "path": str(r.path),
+                "format": r.source_format,
+                "requests": len(r.requests),
+                "sha256": _sha256(r.source_file),
+            }
+            for r in runs
+        ],
+        "overrides": list(overrides),
+        "objective": (
+            "weighted mean of |relative error| of TTFT, TPOT, E2E at mean (weight 2), p50, p90, p95, p99 "
+            f"(weight 1) and of the per-request error (weight {REQUEST_WEIGHT:g}), averaged over the runs"
+        ),
+        "weights": DEFAULT_WEIGHTS,
+        "optimizer": "cma-es (cmaes, seed 0) then Nelder-Mead polish (scipy); distsim.fidelity.optimize",
+        "budget": budget,
+        "evaluations": result.evaluations,
+        "start": {"coefficients": result.start, "objective": round(result.start_objective, 6)},
+        "objective_value": round(result.objective, 6),
+        "errors_pct": {
+            run: {m: v["error_pct"] for m, v in comparison_json(comp).items()}
+            for run, comp in result.comparisons.items()
+        },
+        "command": command,
+        "distsim_version": __version__,
+    }
+    profile = LatencyProfile(
+        name=name,
+        kind=kind,
+        coefficients={k: round(v, 6) for k, v in result.coefficients.items()},
+        fitted_on={
+            "model": model,
+            "hardware": hardware,
+            "tensor_parallel_size": int(cfg.cluster.engine.tensor_parallel_size),
+        },
+        provenance=provenance,
+    )
+    return Calibration(result, profile)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m distsim.calibrate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("args", nargs="+", help="run folders or CSV runs, and overrides (key=value)")
+    parser.add_argument(
+        "--model", choices=("roofline", "linear"), default="roofline", help="latency model to fit"
+    )
+    parser.add_argument("--out", help="profile file to write (default: ./NAME.json)")
+    parser.add_argument("--name", help="profile name (default: HARDWARE-MODEL-KIND)")
+    parser.add_argument("--budget", type=int, default=300, help="simulations per fit (default 300)")
+    ns = parser.parse_args(argv)
+    overrides = [a for a in ns.args if "=" in a]
+    paths = [a for a in ns.args if "=" not in a]
+    if not paths:
+        parser.error("give at least one run")
+    command = "python -m distsim.calibrate " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
+    try:
+        runs = [read_run(p) for p in paths]
+        cal = calibrate(runs, ns.model, overrides, budget=ns.budget, name=ns.name, command=command)
+        out = write_profile(cal.profile, ns.out or f"{cal.profile.name}.json")
+    except UserError as err:
+        print(f"distsim.calibrate: {err}", file=sys.stderr)
+        return 2
+    f = cal.fit
+    print(f"{ns.model}: {', '.join(f'{k}={v:.6g}' for k, v in f.coefficients.items())}")
+    print(f"objective {f.objective:.4f} (start {f.start_objective:.4f}) after {f.evaluations} simulations")
+    for run, comp in f.comparisons.items():
+        print()
+        print(format_comparison(comp, title=f"{run} (calibrated)"))
+    print(f"\nwrote {out}; use it with cluster.latency.profile={out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Reader for the vLLM benchmark runs that LLMServingSim ships (bench/examples): a folder with
+``requests.jsonl`` (one request per line), ``meta.json`` (engine settings, GPU), and optionally
+``config.json`` (LLMServingSim's cluster description) and ``timeseries.csv`` (per-second engine stats).
+
+Clocks: ``arrival_time`` is the client's wall clock; ``queued_ts``, ``scheduled_ts``,
+``first_token_ts`` and ``last_token_ts`` are the engine's monotonic clock, with another origin. We align
+the two on the first request (earliest arrival): its engine ``queued_ts`` is taken to be the instant of
+its arrival. The first request meets an idle engine, so what this misses is its own front-end delay
+(tokenisation, a few milliseconds; later requests' delays, 0-200 ms, stay inside their measured TTFT).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distsim.errors import InputFileError
+from distsim.fidelity.run import EngineSettings, MeasuredRun, request_table
+
+REQUIRED = ("input_toks", "output_toks", "arrival_time", "queued_ts", "first_token_ts", "last_token_ts")
+
+
+def is_bench_run(path: Path) -> bool:
+    return path.is_dir() and (path / "requests.jsonl").is_file()
+
+
+def _int_field(row: dict, key: str, path: Path, line: int, minimum: int) -> int:
+    value = row[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise InputFileError(path, f"{key} is not an integer ({value!r})", line)
+    if value < minimum:
+        raise InputFileError(path, f"{key} must be >= {minimum} (got {value!r})", line)
+    return int(value)
+
+
+def _time_field(row: dict, key: str, path: Path, line: int) -> float:
+    value = row[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputFileError(path, f"{key} is not a finite number of seconds ({value!r})", line)
+    return float(value)
+
+
+def read_requests_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The lines of requests.jsonl, checked: every field present, typed and in order."""
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for line_no, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise InputFileError(path, f"not valid JSON ({err.msg})", line_no) from None
+            if not isinstance(row, dict):
+                raise InputFileError(path, "expected a JSON object", line_no)
+            for key in REQUIRED:
+                if key not in row:
+                    raise InputFileError(path, f"missing field {key!r}", line_no)
+            rec = {
+                "source_id": row.get("request_id", f"line-{line_no}"),
+                "input_tokens": _int_field(row, "input_toks", path, line_no, 1),
+                "output_tokens": _int_field(row, "output_toks", path, line_no, 1),
+                "line": line_no,
+            }
+            for key in ("arrival_time", "queued_ts", "first_token_ts", "last_token_ts"):
+                rec[key] = _time_field(row, key, path, line_no)
+            sched = row.get("scheduled_ts")
+            rec["scheduled_ts"] = (
+                math.nan if sched is None else _time_field(row, "scheduled_ts", path, line_no)
+            )
+            if rec["last_token_ts"] < rec["first_token_ts"]:
+                raise InputFileError(path, "last_token_ts is before first_token_ts", line_no)
+            if rec["first_token_ts"] < rec["queued_ts"]:
+                raise InputFileError(path, "first_token_ts is before queued_ts", line_no)
+            rows.append(rec)
+    if not rows:
+        raise InputFileError(path, "no requests in the file")
+    return rows
+
+
+def align_clocks(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Milliseconds since the first arrival, for the wall-clock and the monotonic fields alike."""
+    arrival = np.array([r["arrival_time"] for r in rows])
+    first = int(np.argmin(arrival))  # the first request (ties: the earliest line)
+    wall0 = arrival[first]
+    mono0 = rows[first]["queued_ts"]
+
+    def mono(key: str) -> np.ndarray:
+        return (np.array([r[key] for r in rows]) - mono0) * 1000.0
+
+    return {
+        "arrival_ms": (arrival - wall0) * 1000.0,
+        "scheduled_ms": mono("scheduled_ts"),
+        "first_token_ms": mono("first_token_ts"),
+        "completion_ms": mono("last_token_ts"),
+    }
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise InputFileError(path, f"not valid JSON ({err.msg})", err.lineno) from None
+    if not isinstance(data, dict):
+        raise InputFileError(path, "expected a JSON object")
+    return data
+
+
+def _engine_settings(meta: dict[str, Any]) -> EngineSettings:
+    kwargs = meta.get("engine_kwargs") or {}
+    kv = meta.get("kv_cache") or {}
+    sched = ((meta.get("resolved_config") or {}).get("scheduler_config")) or {}
+    return EngineSettings(
+        max_num_seqs=kwargs.get("max_num_seqs"),
+        max_num_batched_tokens=kwargs.get("max_num_batched_tokens"),
+        block_size=kv.get("block_size"),
+        total_kv_blocks=kv.get("num_gpu_blocks"),
+        gpu_memory_utilization=kv.get("gpu_memory_utilization"),
+        enable_prefix_caching=kv.get("enable_prefix_caching"),
+        enable_chunked_prefill=sched.get("enable_chunked_prefill"),
+        tensor_parallel_size=kwargs.get("tensor_parallel_size"),
+    )
+
+
+def _first_instance(cluster: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return cluster["nodes"][0]["instances"][0]
+    except (KeyError, IndexError, TypeError):
+        return {}
+
+
+def read_timeseries(path: Path) -> pd.DataFrame:
+    """timeseries.csv's running and waiting counts per tick (t in seconds since the first arrival)."""
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"t", "running", "waiting"} - set(reader.fieldnames or ())
+        if missing:
+            raise InputFileError(path, f"missing column(s) {', '.join(sorted(missing))}", 1)
+        rows = []
+        for line_no, row in enumerate(reader, start=2):
+            try:
+                rows.append((float(row["t"]), float(row["running"]), float(row["waiting"])))
+            except (TypeError, ValueError):
+                raise InputFileError(path, "t, running and waiting must be numbers", line_no) from None
+    return pd.DataFrame(rows, columns=["t_s", "running", "waiting"])
+
+
+def read_bench_run(folder: str | Path) -> MeasuredRun:
+    """A run folder in LLMServingSim's bench format, on the aligned clock."""
+    folder = Path(folder)
+    rows = read_requests_jsonl(folder / "requests.jsonl")
+    times = align_clocks(rows)
+    table = request_table(
+        [r["source_id"] for r in rows],
+        times["arrival_ms"],
+        np.array([r["input_tokens"] for r in rows]),
+        np.array([r["output_tokens"] for r in rows]),
+        times["scheduled_ms"],
+        times["first_token_ms"],
+        times["completion_ms"],
+    )
+    meta = _read_json(folder / "meta.json") if (folder / "meta.json").is_file() else {}
+    cluster = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    inst = _first_instance(cluster)
+    engine = _engine_settings(meta)
+    if engine.tensor_parallel_size is None and isinstance(inst.get("tp_size"), int):
+        engine = EngineSettings(**{**engine.__dict__, "tensor_parallel_size": inst["tp_size"]})
+    hardware = (meta.get("hardware") or {}).get("device_name") or inst.get("hardware")
+    model = meta.get("model") or (meta.get("engine_kwargs") or {}).get("model") or inst.get("model_name")
+    ts_path = folder / "timeseries.csv"
+    return MeasuredRun(
+        name=folder.name,
+        path=folder,
+        requests=table,
+        model=model,
+        hardware=hardware,
+        engine=engine,
+        timeseries=read_timeseries(ts_path) if ts_path.is_file() else None,
+        source_format="vllm-bench (LLMServingSim)",
+        source_file=folder / "requests.jsonl",
+    )

@@ -1,0 +1,25 @@
+"""One entry point for every run format: the format is recognised from the files present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distsim.errors import InputFileError
+from distsim.fidelity.bench_format import is_bench_run, read_bench_run
+from distsim.fidelity.csv_format import csv_path, read_csv_run
+from distsim.fidelity.run import MeasuredRun
+
+
+def read_run(path: str | Path) -> MeasuredRun:
+    """A measured run: a vLLM bench folder (requests.jsonl + meta.json) or a plain CSV run."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise InputFileError(p, "no such file or folder")
+    if is_bench_run(p):
+        return read_bench_run(p)
+    if csv_path(p) is not None:
+        return read_csv_run(p)
+    raise InputFileError(
+        p,
+        "not a run: expected a folder with requests.jsonl (vLLM bench format), or a CSV run (see distsim.fidelity.csv_format)",
+    )

@@ -1,0 +1,259 @@
+"""``python -m distsim.report SWEEP_DIR``: plots and a markdown summary of a finished sweep.
+
+Reads results.parquet (and ranking.csv, or ranks again) and each job's requests.parquet, and writes into
+SWEEP_DIR/report/: fitness.png (mean fitness per configuration with its 95% CI, the winner and the
+configurations tied with it marked), latency_cdf.png (TTFT, TPOT and E2E distributions per policy,
+pooled over the policy's jobs), param_<key>.png for every swept numeric parameter (fitness and p99 TTFT
+against it, one line per setting of the other swept keys), and report.md tying them together. (When the
+sweep has a single policy name, the CDFs are drawn per configuration instead.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from distsim.errors import UserError  # noqa: E402
+from distsim.runner import store  # noqa: E402
+from distsim.runner.ranking import mean_ci, rank_configs  # noqa: E402
+from distsim.runner.rows import PARAM_PREFIX  # noqa: E402
+
+LATENCIES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E"))
+MAX_CDF_LINES = 8
+COLORS = {"best": "#1b7837", "tied": "#5aae61", "worse": "#b2182b"}
+
+
+def load(sweep_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    path = sweep_dir / store.RESULTS_FILE
+    if not path.exists():
+        raise UserError(f"report: {path} not found (is {sweep_dir} a finished sweep directory?)")
+    results = pd.read_parquet(path)
+    ranking_path = sweep_dir / store.RANKING_FILE
+    ranking = pd.read_csv(ranking_path) if ranking_path.exists() else rank_configs(results)
+    return results, ranking
+
+
+def plot_fitness(ranking: pd.DataFrame, path: Path) -> None:
+    ranked = ranking[ranking["n"] > 0].iloc[::-1]  # best at the top
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(ranked)))
+    y = np.arange(len(ranked))
+    for i, (_, r) in zip(y, ranked.iterrows()):
+        kind = "best" if r["test"] == "best" else ("tied" if r["tied_with_best"] else "worse")
+        low, high = r["fitness_ci_low"], r["fitness_ci_high"]
+        err = None if pd.isna(low) else [[r["fitness_mean"] - low], [high - r["fitness_mean"]]]
+        ax.errorbar(r["fitness_mean"], i, xerr=err, fmt="o", color=COLORS[kind], capsize=4, label=kind)
+    ax.set_yticks(y, [f"{r['label']}  (n={int(r['n'])})" for _, r in ranked.iterrows()])
+    ax.set_xlabel("fitness (mean over seeds, 95% CI)")
+    ax.set_title("Fitness per configuration")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    names = {"best": "best", "tied": "tied with best (paired test)", "worse": "worse than best"}
+    ax.legend(
+        [unique[k] for k in names if k in unique],
+        [names[k] for k in names if k in unique],
+        loc="best",
+        fontsize=8,
+    )
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _job_latencies(sweep_dir: Path, jobs: Sequence[int]) -> pd.DataFrame:
+    frames = []
+    for job in jobs:
+        path = store.job_dir(sweep_dir, int(job)) / "requests.parquet"
+        if path.exists():
+            frame = pd.read_parquet(path, columns=["status", *(k for k, _ in LATENCIES)])
+            frames.append(frame[frame["status"] == "completed"])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def cdf_groups(results: pd.DataFrame, ranking: pd.DataFrame) -> pd.Series:
+    """One CDF line per policy; per configuration when the sweep varies something within one policy name
+    (e.g. policy.routing.kind) and has few enough configurations to read."""
+    ok = results[results["status"] == "ok"]
+    if ok["policy"].nunique() > 1 or ok["config"].nunique() > MAX_CDF_LINES:
+        return ok["policy"].astype(str)
+    labels = dict(zip(ranking["config"], ranking["label"]))
+    return ok["config"].map(labels).fillna(ok["config"])
+
+
+def plot_cdfs(sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, path: Path) -> list[str]:
+    """Latency CDFs pooled over each group's jobs; returns the groups drawn."""
+    ok = results[results["status"] == "ok"]
+    fig, axes = plt.subplots(1, len(LATENCIES), figsize=(13, 3.8))
+    drawn = []
+    probs = np.linspace(0, 1, 501)
+    for policy, group in ok.groupby(cdf_groups(results, ranking), sort=True):
+        lat = _job_latencies(sweep_dir, group["job"].tolist())
+        if lat.empty:
+            continue
+        drawn.append(str(policy))
+        for ax, (key, _) in zip(axes, LATENCIES):
+            values = lat[key].dropna().to_numpy(float)
+            if len(values):
+                ax.plot(np.quantile(values, probs), probs, label=f"{policy} ({len(group)} jobs)")
+    for ax, (_, name) in zip(axes, LATENCIES):
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("fraction of completed requests")
+        ax.set_title(f"{name} CDF")
+        ax.grid(alpha=0.3)
+        lines = ax.get_lines()
+        if lines:
+            xs = np.concatenate([ln.get_xdata() for ln in lines])
+            xs = xs[xs > 0]
+            if len(xs) and xs.max() / xs.min() > 100:
+                ax.set_xscale("log")
+    if drawn:
+        axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
+def numeric_params(results: pd.DataFrame) -> list[str]:
+    """Swept parameters (param.* columns) with at least two distinct numeric values."""
+    out = []
+    for col in results.columns:
+        if col.startswith(PARAM_PREFIX):
+            values = pd.to_numeric(results[col], errors="coerce")
+            if values.notna().all() and values.nunique() > 1:
+                out.append(col)
+    return out
+
+
+def plot_param(results: pd.DataFrame, param: str, path: Path) -> None:
+    ok = results[results["status"] == "ok"].copy()
+    ok[param] = pd.to_numeric(ok[param])
+    others = [
+        c for c in results.columns if c.startswith(PARAM_PREFIX) and c != param and results[c].nunique() > 1
+    ]
+    ok["_series"] = (
+        [
+            " ".join(f"{c[len(PARAM_PREFIX) :]}={v}" for c, v in zip(others, vals))
+            for vals in ok[others].itertuples(index=False)
+        ]
+        if others
+        else "all"
+    )
+    metrics = [("fitness", "fitness"), ("ttft_ms.p99", "p99 TTFT (ms)")]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(11, 3.8))
+    for ax, (metric, label) in zip(axes, metrics):
+        if metric not in ok:
+            continue
+        for series, group in ok.groupby("_series", sort=True):
+            xs, means, lows, highs = [], [], [], []
+            for x, at in group.groupby(param, sort=True):
+                mean, low, high = mean_ci(at[metric].dropna().to_numpy(float))
+                xs.append(x)
+                means.append(mean)
+                lows.append(mean if math.isnan(low) else low)
+                highs.append(mean if math.isnan(high) else high)
+            ax.plot(xs, means, marker="o", label=series)
+            ax.fill_between(xs, lows, highs, alpha=0.2)
+        ax.set_xlabel(param[len(PARAM_PREFIX) :])
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Metrics against {param[len(PARAM_PREFIX) :]} (mean over seeds, 95% CI band)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _fmt(x: object, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def markdown(sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, images: list[str]) -> str:
+    ok = int((results["status"] == "ok").sum())
+    lines = [
+        f"# Sweep report: {sweep_dir.name}",
+        "",
+        f"{len(results)} jobs, {ok} ok, {len(results) - ok} failed, {ranking['config'].nunique()} configurations.",
+        "",
+        "## Ranking",
+        "",
+        "Fitness is the mean over seeds with a 95% t-interval. Each configuration is compared with the best one "
+        "seed by seed (paired t-test on the per-seed differences, Holm-adjusted); *tied* means not significantly "
+        "worse than the best at the 5% level.",
+        "",
+        "| rank | config | n | fitness | 95% CI | vs best | p (Holm) | tied | p99 TTFT ms | p99 TPOT ms | goodput req/s |",
+        "|---:|---|---:|---:|---|---:|---:|:---:|---:|---:|---:|",
+    ]
+    for _, r in ranking.iterrows():
+        ci = (
+            "-"
+            if pd.isna(r["fitness_ci_low"])
+            else f"[{r['fitness_ci_low']:.3f}, {r['fitness_ci_high']:.3f}]"
+        )
+        rank = "-" if pd.isna(r["rank"]) else str(int(r["rank"]))
+        best = r["test"] == "best"
+        lines.append(
+            f"| {rank} | `{r['label']}` | {int(r['n'])} | {_fmt(r['fitness_mean'])} | {ci} | "
+            f"{'' if best else _fmt(r['diff_vs_best'])} | {'' if best else _fmt(r['p_holm'])} | "
+            f"{'best' if best else ('yes' if r['tied_with_best'] and r['n'] > 0 else 'no')} | "
+            f"{_fmt(r['ttft_ms.p99_mean'], 1)} | {_fmt(r['tpot_ms.p99_mean'], 1)} | {_fmt(r['goodput.requests_per_s_mean'], 2)} |"
+        )
+    lines.append("")
+    for image in images:
+        lines += [f"![{image}]({image})", ""]
+    failed = results[results["status"] != "ok"]
+    if len(failed):
+        lines += ["## Failed jobs", ""]
+        lines += [f"- job {r['job']} `{r['overrides']}`: {r['error']}" for _, r in failed.iterrows()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def build(sweep_dir: Path, out_dir: Path | None = None) -> Path:
+    """Write the report; returns the path of report.md."""
+    results, ranking = load(sweep_dir)
+    out = out_dir or sweep_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    images = []
+    if (ranking["n"] > 0).any():
+        plot_fitness(ranking, out / "fitness.png")
+        images.append("fitness.png")
+        if plot_cdfs(sweep_dir, results, ranking, out / "latency_cdf.png"):
+            images.append("latency_cdf.png")
+    for param in numeric_params(results):
+        name = f"param_{param[len(PARAM_PREFIX) :]}.png"
+        plot_param(results, param, out / name)
+        images.append(name)
+    path = out / "report.md"
+    store.atomic_write_text(path, markdown(sweep_dir, results, ranking, images))
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m distsim.report", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path, help="a sweep directory (holds results.parquet)")
+    parser.add_argument("--out", type=Path, default=None, help="where to write (default: SWEEP_DIR/report)")
+    args = parser.parse_args(argv)
+    try:
+        path = build(args.sweep_dir, args.out)
+    except UserError as err:
+        print(f"distsim: {err}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

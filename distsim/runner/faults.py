@@ -1,0 +1,33 @@
+"""Test-only fault injection, read from environment variables the driver forwards to its workers.
+
+They let the tests show the failure paths on a real Ray pool without special configs:
+
+    DISTSIM_FAULT_RAISE=3,5          jobs 3 and 5 raise RuntimeError inside the worker (a bug-like failure)
+    DISTSIM_FAULT_EXIT=2:/tmp/mark   the worker running job 2 dies with os._exit the first time
+                                     (the marker file records that it did, so the retry succeeds)
+"""
+
+from __future__ import annotations
+
+import os
+
+PREFIX = "DISTSIM_FAULT_"
+
+
+def forwarded_env() -> dict[str, str]:
+    """The fault variables set in the driver, to hand to the workers."""
+    return {k: v for k, v in os.environ.items() if k.startswith(PREFIX)}
+
+
+def inject(job_index: int) -> None:
+    """Raise or exit here if the environment asks for it for this job."""
+    raise_list = os.environ.get(PREFIX + "RAISE", "")
+    if raise_list and str(job_index) in raise_list.split(","):
+        raise RuntimeError(f"injected fault in job {job_index}")
+    spec = os.environ.get(PREFIX + "EXIT", "")
+    if spec:
+        index, _, marker = spec.partition(":")
+        if index == str(job_index) and marker and not os.path.exists(marker):
+            with open(marker, "w") as fh:
+                fh.write(f"{os.getpid()}\n")
+            os._exit(17)

@@ -1,0 +1,87 @@
+"""One small row per job: identity, status and every summary figure flattened with dots.
+
+Rows are what travels through Ray's object store and what results.parquet holds; the per-request and
+per-instance tables stay in the job's own directory. Swept values also appear as typed ``param.<key>``
+columns so the report can plot a metric against a numeric parameter without re-parsing strings.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from distsim.runner.plan import Job
+
+IDENTITY = ("job", "overrides", "config", "policy", "seed", "status", "error", "error_kind")
+PARAM_PREFIX = "param."
+RUN_PREFIX = "run."  # wall time, node, pid, attempts: they vary between runs, so never compared
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'ttft_ms': {'p99': 1.0}} -> {'ttft_ms.p99': 1.0}; lists become JSON text."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value)
+        else:
+            out[name] = value
+    return out
+
+
+def typed(value: str) -> Any:
+    """An override's value as int or float when it reads as one, else the text."""
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def params(job: Job) -> dict[str, Any]:
+    out = {}
+    for override in job.config:
+        key, _, value = override.partition("=")
+        out[PARAM_PREFIX + key.lstrip("+~")] = typed(value)
+    return out
+
+
+def base_row(job: Job, *, policy: str | None = None, seed: int | None = None) -> dict[str, Any]:
+    return {
+        "job": job.index,
+        "overrides": job.overrides_str,
+        "config": job.config_key,
+        "policy": policy,
+        "seed": seed if seed is not None else job.seed,
+        "status": "ok",
+        "error": None,
+        "error_kind": None,
+        **params(job),
+    }
+
+
+def failed_row(job: Job, error: str, kind: str, **fields: Any) -> dict[str, Any]:
+    row = base_row(job, policy=fields.pop("policy", None), seed=fields.pop("seed", None))
+    row.update(status="failed", error=error, error_kind=kind)
+    row.update(fields)
+    return row
+
+
+def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows -> the results table: identity, params, summary figures, run info; sorted by job."""
+    rows = sorted(rows, key=lambda r: r["job"])
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.update(dict.fromkeys(row))
+    param_cols = sorted(c for c in seen if c.startswith(PARAM_PREFIX))
+    run_cols = sorted(c for c in seen if c.startswith(RUN_PREFIX))
+    figures = [c for c in seen if c not in IDENTITY and c not in param_cols and c not in run_cols]
+    table = pd.DataFrame(rows, columns=[*IDENTITY, *param_cols, *figures, *run_cols])
+    for col in ("job", "seed"):
+        table[col] = table[col].astype("Int64")
+    return table

@@ -1,0 +1,30 @@
+"""The runner's settings as the driver uses them, read from the composed ``runner`` node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from distsim.config.runner import RunnerConfig
+
+
+@dataclass
+class RunnerSettings(RunnerConfig):
+    @classmethod
+    def from_node(cls, node: Any) -> RunnerSettings:
+        """From a config node (DictConfig or dict); keys the node lacks keep their defaults."""
+        values = {}
+        for f in fields(cls):
+            if node is not None and f.name in node:
+                values[f.name] = node[f.name]
+        return cls(**values)
+
+    def validate(self) -> None:
+        from distsim.errors import ConfigError
+
+        if self.num_workers is not None and self.num_workers < 1:
+            raise ConfigError("runner.num_workers", f"must be >= 1 or null (got {self.num_workers})")
+        if self.max_retries < 0:
+            raise ConfigError("runner.max_retries", f"must be >= 0 (got {self.max_retries})")
+        if not 0 < self.alpha < 1:
+            raise ConfigError("runner.alpha", f"must be in (0, 1) (got {self.alpha})")

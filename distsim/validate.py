@@ -1,0 +1,104 @@
+"""``python -m distsim.validate RUN_DIR [overrides...] [--out DIR]``: replay a measured run and compare.
+
+Reads the run (vLLM bench folder or plain CSV run, see distsim.fidelity), simulates exactly its
+requests on its engine settings, prints measured against simulated TTFT, TPOT and E2E (mean, p50, p90,
+p95, p99) and writes validation.json ({metric: {measured, simulated, error_pct}}) plus two PNGs
+(per-request latency; running/waiting over time) into the run folder or ``--out``. Overrides are the
+simulator's (e.g. ``cluster.latency.profile=rtx4090-llama-3.1-8b``) and win over the run's settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from distsim.errors import UserError
+from distsim.fidelity.metrics import MetricComparison, compare, comparison_json
+from distsim.fidelity.readers import read_run
+from distsim.fidelity.replay import replay, replay_config
+from distsim.fidelity.run import MeasuredRun
+from distsim.fidelity.table import format_comparison
+from distsim.simulate import SimulationResult
+
+
+@dataclass
+class Validation:
+    run: MeasuredRun
+    config: DictConfig
+    result: SimulationResult
+    comparison: dict[str, MetricComparison]
+
+    def to_json(self) -> dict:
+        return comparison_json(self.comparison)
+
+
+def validate(run: str | Path | MeasuredRun, overrides: Sequence[str] = ()) -> Validation:
+    """Replay ``run`` (a path or a read run) and compare measured with simulated latencies."""
+    if not isinstance(run, MeasuredRun):
+        run = read_run(run)
+    cfg = replay_config(run, overrides)
+    result = replay(run, cfg)
+    done = result.requests[result.requests["status"] == "completed"]
+    return Validation(run, cfg, result, compare(run.requests, done))
+
+
+def write_validation(v: Validation, out_dir: str | Path, plots: bool = True) -> list[Path]:
+    """validation.json and (with ``plots``) validation_latency.png and validation_occupancy.png."""
+    from distsim.fidelity.plots import latency_scatter, occupancy_plot
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "validation.json"
+    path.write_text(json.dumps(v.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    files = [path]
+    if plots:
+        files.append(latency_scatter(v.run, v.result.requests, out / "validation_latency.png"))
+        files.append(occupancy_plot(v.run, v.result.requests, out / "validation_occupancy.png"))
+    return files
+
+
+def describe(v: Validation) -> str:
+    """What was simulated, in one line."""
+    lat = v.config.cluster.latency
+    model = f"profile {lat.profile}" if lat.get("profile") else f"{lat.kind} latency"
+    r = v.result.summary["requests"]
+    eng = v.config.cluster.engine
+    return (
+        f"{v.run.name}: {len(v.run.requests)} requests on {v.config.cluster.hardware} ({v.config.cluster.model}), "
+        f"{model}; engine max_num_seqs={eng.max_num_seqs} max_num_batched_tokens={eng.max_num_batched_tokens} "
+        f"total_kv_blocks={v.result.instances['total_kv_blocks'].iloc[0]}; simulated: {r['completed']} completed, "
+        f"{r['dropped']} dropped, {int(v.result.requests['preemptions'].sum())} preemptions"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m distsim.validate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a run folder (requests.jsonl + meta.json) or a CSV run")
+    parser.add_argument(
+        "overrides", nargs="*", help="simulator config overrides, e.g. cluster.latency.profile=NAME"
+    )
+    parser.add_argument("--out", help="folder for validation.json and the plots (default: the run folder)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNGs")
+    args = parser.parse_args(argv)
+    try:
+        v = validate(args.run, args.overrides)
+        run_path = Path(args.run)
+        out = Path(args.out) if args.out else (run_path if run_path.is_dir() else run_path.parent)
+        files = write_validation(v, out, plots=not args.no_plots)
+    except UserError as err:
+        print(f"distsim.validate: {err}", file=sys.stderr)
+        return 2
+    print(describe(v))
+    print(format_comparison(v.comparison))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

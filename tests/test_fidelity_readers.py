@@ -1,0 +1,130 @@
+"""Run readers: clock alignment on hand-made runs, the CSV format, and bad files named with their line."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from distsim.errors import InputFileError
+from distsim.fidelity.readers import read_run
+
+FIX = Path(__file__).parent / "fixtures" / "fidelity"
+
+# (source id, arrival, first token, last token, TTFT, TPOT, E2E) in ms since the first arrival,
+# worked out by hand in fixtures/fidelity/README.md; rows in arrival order.
+EXPECTED = [
+    ("bench-0", 0.0, 100.0, 500.0, 100.0, 100.0, 500.0),
+    ("bench-2", 100.0, 200.0, 200.0, 100.0, math.nan, 100.0),
+    ("bench-1", 250.0, 390.0, 890.0, 140.0, 100.0, 640.0),
+]
+
+
+def _check_times(run, ids):
+    req = run.requests
+    assert list(req["request_id"]) == [0, 1, 2]
+    assert list(req["source_id"]) == ids
+    for row, (_, arr, first, last, ttft, tpot, e2e) in zip(req.itertuples(), EXPECTED):
+        assert row.arrival_ms == pytest.approx(arr, abs=1e-3)
+        assert row.first_token_ms == pytest.approx(first, abs=1e-3)
+        assert row.completion_ms == pytest.approx(last, abs=1e-3)
+        assert row.ttft_ms == pytest.approx(ttft, abs=1e-3)
+        assert row.e2e_ms == pytest.approx(e2e, abs=1e-3)
+        if math.isnan(tpot):
+            assert math.isnan(row.tpot_ms)
+        else:
+            assert row.tpot_ms == pytest.approx(tpot, abs=1e-3)
+
+
+def test_bench_reader_aligns_the_monotonic_clock_on_the_first_request():
+    run = read_run(FIX / "tiny_bench")
+    _check_times(run, [e[0] for e in EXPECTED])
+    assert run.requests["scheduled_ms"].tolist() == pytest.approx([0.0, 101.0, 290.0], abs=1e-3)
+    assert run.model == "meta-llama/Llama-3.1-8B" and run.hardware == "H100"
+    e = run.engine
+    assert (e.max_num_seqs, e.max_num_batched_tokens, e.total_kv_blocks, e.block_size) == (4, 512, 100, 16)
+    assert e.enable_prefix_caching is False and e.tensor_parallel_size == 1
+    assert run.timeseries is not None and list(run.timeseries.columns) == ["t_s", "running", "waiting"]
+    reqs = run.to_requests()
+    assert [(r.request_id, r.arrival_us, r.prompt_tokens, r.output_tokens) for r in reqs] == [
+        (0, 0, 100, 5),
+        (1, 100_000, 40, 1),
+        (2, 250_000, 300, 6),
+    ]
+
+
+def test_csv_reader_gives_the_same_times_and_reads_run_json():
+    run = read_run(FIX / "tiny.csv")
+    _check_times(run, ["a", "c", "b"])
+    assert run.name == "tiny" and run.hardware == "H100" and run.engine.total_kv_blocks == 100
+
+
+def _bench_copy(tmp_path: Path, lines: list[str] | None = None) -> Path:
+    folder = tmp_path / "run"
+    shutil.copytree(FIX / "tiny_bench", folder)
+    if lines is not None:
+        (folder / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def _good_lines() -> list[dict]:
+    return [json.loads(x) for x in (FIX / "tiny_bench" / "requests.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ('{"request_id": "x", "input_toks": 5', "not valid JSON"),
+        ("missing", "missing field 'last_token_ts'"),
+        ("[1, 2]", "expected a JSON object"),
+        ("tokens", "input_toks is not an integer"),
+        ("backwards", "last_token_ts is before first_token_ts"),
+    ],
+)
+def test_bad_bench_line_names_file_and_line(tmp_path, bad, words):
+    rows = _good_lines()
+    broken = dict(rows[1])
+    if bad == "missing":
+        del broken["last_token_ts"]
+    elif bad == "tokens":
+        broken["input_toks"] = "many"
+    elif bad == "backwards":
+        broken["last_token_ts"] = broken["first_token_ts"] - 1
+    line = bad if bad.startswith(("{", "[")) else json.dumps(broken)
+    folder = _bench_copy(tmp_path, [json.dumps(rows[0]), line, json.dumps(rows[2])])
+    with pytest.raises(InputFileError) as err:
+        read_run(folder)
+    assert err.value.line == 2 and err.value.path == str(folder / "requests.jsonl")
+    assert "requests.jsonl:2: " in str(err.value) and words in err.value.message
+
+
+def test_broken_meta_json_names_the_file(tmp_path):
+    folder = _bench_copy(tmp_path)
+    (folder / "meta.json").write_text('{\n  "model": "x",\n  oops\n}\n')
+    with pytest.raises(InputFileError) as err:
+        read_run(folder)
+    assert err.value.path.endswith("meta.json") and err.value.line == 3
+
+
+def test_bad_csv_row_names_file_and_line(tmp_path):
+    text = (FIX / "tiny.csv").read_text().replace("10.39", "soon")
+    path = tmp_path / "run.csv"
+    path.write_text(text)
+    with pytest.raises(InputFileError) as err:
+        read_run(path)
+    assert err.value.line == 3 and "first_token_s is not a number" in err.value.message
+
+
+def test_csv_missing_column_and_unknown_paths(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text("arrival_s,input_tokens\n1,2\n")
+    with pytest.raises(InputFileError, match="missing column"):
+        read_run(path)
+    with pytest.raises(InputFileError, match="no such file"):
+        read_run(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputFileError, match="not a run"):
+        read_run(tmp_path / "empty")

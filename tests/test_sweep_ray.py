@@ -1,0 +1,171 @@
+"""Sweeps on a real (local) Ray: determinism across runners, faults, retries, resume, and the report.
+
+One Ray session serves the whole module (the runner reuses a Ray the process already started), and the
+simulations are small, so the module takes a few seconds beyond Ray's own start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pandas as pd
+import pytest
+
+from distsim import load_config, simulate
+from distsim.runner import store
+from distsim.runner.api import sweep
+from distsim.simulate import summary_json
+
+SMALL = ["workload.num_requests=200", "cluster.instances=2"]
+GRID = ["policy=round_robin,random", "workload.arrival.rate_rps=10,40", "seed=0,1"]
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():  # another module's session: share it, leave it running
+        yield
+        return
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def grid(ray_session, tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid")
+    outcome = sweep([*SMALL, *GRID], out, num_workers=2, progress=False, echo=False)
+    return out, outcome
+
+
+def figures(results: pd.DataFrame) -> pd.DataFrame:
+    """The simulated figures keyed by (set of config overrides, seed): what must not depend on the runner."""
+    keep = [
+        c
+        for c in results.columns
+        if not c.startswith(("run.", "param.")) and c not in ("job", "overrides", "config")
+    ]
+    frame = results[keep].copy()
+    frame.index = [(" ".join(sorted(c.split())), int(s)) for c, s in zip(results["config"], results["seed"])]
+    return frame.sort_index()
+
+
+def test_every_job_equals_the_same_overrides_run_alone_in_process(grid, tmp_path):
+    out, outcome = grid
+    assert outcome.ok == 8 and outcome.failed == 0 and outcome.exit_code == 0
+    results = pd.read_parquet(out / "results.parquet")
+    assert len(results) == 8 and set(results["policy"]) == {"round_robin", "random"}
+    for _, row in results.iterrows():
+        overrides = row["overrides"].split()
+        result = simulate(load_config(overrides))
+        job = out / str(row["job"])
+        assert (job / "summary.json").read_text() == summary_json(result.summary), overrides
+        result.write(tmp_path / str(row["job"]))
+        assert (job / "requests.parquet").read_bytes() == (
+            tmp_path / str(row["job"]) / "requests.parquet"
+        ).read_bytes()
+        assert row["fitness"] == result.summary["fitness"]
+        assert (job / ".hydra" / "config.yaml").exists() and (job / ".hydra" / "overrides.yaml").exists()
+
+
+def test_results_do_not_depend_on_the_number_of_workers_or_the_job_order(grid, tmp_path):
+    out, outcome = grid
+    reordered = sweep([*reversed(GRID), *SMALL], tmp_path, num_workers=1, progress=False, echo=False)
+    assert reordered.workers == 1 and outcome.workers == 2
+    assert reordered.results["overrides"].tolist() != outcome.results["overrides"].tolist()  # other job order
+    pd.testing.assert_frame_equal(figures(outcome.results), figures(reordered.results), check_like=True)
+    rank_a = outcome.ranking.assign(
+        config=outcome.ranking["config"].map(lambda c: " ".join(sorted(c.split())))
+    )
+    rank_b = reordered.ranking.assign(
+        config=reordered.ranking["config"].map(lambda c: " ".join(sorted(c.split())))
+    )
+    cols = ["fitness_mean", "fitness_ci_low", "fitness_ci_high", "rank", "tied_with_best"]
+    pd.testing.assert_frame_equal(
+        rank_a.set_index("config")[cols].sort_index(), rank_b.set_index("config")[cols].sort_index()
+    )
+
+
+def test_a_killed_worker_is_replaced_and_failing_jobs_are_reported(ray_session, tmp_path, monkeypatch):
+    marker = tmp_path / "killed"
+    monkeypatch.setenv("DISTSIM_FAULT_RAISE", "1")
+    monkeypatch.setenv("DISTSIM_FAULT_EXIT", f"2:{marker}")
+    out = tmp_path / "sweep"
+    outcome = sweep(
+        ["workload.num_requests=200", "cluster.instances=2,0", "seed=0,1,2"],
+        out,
+        num_workers=2,
+        progress=False,
+        echo=False,
+    )
+    res = outcome.results.set_index("job")
+    assert marker.exists() and outcome.replaced_workers == 1  # the worker running job 2 died once
+    assert res.loc[2, "status"] == "ok" and res.loc[2, "run.attempts"] == 2
+    assert (
+        res.loc[1, "status"] == "failed"
+        and "injected fault" in res.loc[1, "error"]
+        and res.loc[1, "run.attempts"] == 1
+    )
+    assert (out / "1" / "error.txt").exists()
+    for job in (3, 4, 5):  # cluster.instances=0: the user's mistake, reported once, not retried
+        assert res.loc[job, "status"] == "failed" and res.loc[job, "error_kind"] == "user"
+        assert "cluster.instances" in res.loc[job, "error"] and res.loc[job, "run.attempts"] == 1
+    assert res.loc[0, "status"] == "ok"
+    assert (outcome.ok, outcome.failed, outcome.exit_code) == (2, 4, 0)
+    ranking = pd.read_csv(out / "ranking.csv").set_index("config")
+    assert ranking.loc["workload.num_requests=200 cluster.instances=2", "n"] == 2
+    assert ranking.loc["workload.num_requests=200 cluster.instances=0", "n"] == 0
+
+
+def test_a_job_whose_worker_keeps_dying_fails_after_the_retries(ray_session, tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTSIM_FAULT_EXIT", f"0:{tmp_path / 'killed'}")
+    outcome = sweep([*SMALL, "seed=0"], tmp_path / "sweep", max_retries=0, progress=False, echo=False)
+    row = outcome.results.iloc[0]
+    assert row["status"] == "failed" and row["error_kind"] == "worker_died" and outcome.exit_code == 1
+
+
+def test_a_sweep_of_one_job(ray_session, tmp_path):
+    outcome = sweep(SMALL, tmp_path, progress=False, echo=False)
+    assert (outcome.total, outcome.ok, outcome.workers) == (1, 1, 1)
+    row = outcome.ranking.iloc[0]
+    assert row["n"] == 1 and row["rank"] == 1 and row["tied_with_best"] and pd.isna(row["fitness_ci_low"])
+    assert (tmp_path / "results.parquet").exists() and (tmp_path / "ranking.csv").exists()
+
+
+def test_resume_skips_finished_jobs_and_reruns_missing_or_broken_ones(grid, tmp_path):
+    out, outcome = grid
+    stamps = {i: (out / str(i) / "result.json").stat().st_mtime_ns for i in range(8)}
+    again = sweep([*SMALL, *GRID], out, num_workers=2, progress=False, echo=False)
+    assert again.resumed == 8 and again.workers == 0  # nothing ran: Ray not even needed
+    assert all((out / str(i) / "result.json").stat().st_mtime_ns == stamps[i] for i in range(8))
+    (out / "3" / "result.json").unlink()  # interrupted before its marker was written
+    (out / "5" / "result.json").write_text('{"status": "ok", "overr')  # torn file: never read as good
+    partial = sweep([*SMALL, *GRID], out, num_workers=2, progress=False, echo=False)
+    assert partial.resumed == 6 and partial.ok == 8
+    assert (out / "2" / "result.json").stat().st_mtime_ns == stamps[2]
+    assert (out / "3" / "result.json").stat().st_mtime_ns != stamps[3]
+    pd.testing.assert_frame_equal(figures(outcome.results), figures(partial.results))
+    assert store.finished_row(out, 0, "policy=other seed=0") is None  # another sweep in the same dir: rerun
+    assert json.loads((out / "sweep.json").read_text())["resumed"] == 6
+
+
+def test_the_report_draws_fitness_cdfs_and_the_swept_parameter(grid):
+    from distsim.report import main as report_main
+
+    out, _ = grid
+    assert report_main([str(out)]) == 0
+    names = {p.name for p in out.glob("report/*.png")}
+    assert {"fitness.png", "latency_cdf.png"} <= names
+    assert any("workload.arrival.rate_rps" in n for n in names)
+    text = (out / "report" / "report.md").read_text()
+    assert "round_robin" in text and "fitness.png" in text and "95%" in text
