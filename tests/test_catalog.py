@@ -99,7 +99,8 @@ def test_expected_experts_touched():
     m = load_model("mixtral-8x7b")
     assert m.expected_experts_touched(1) == pytest.approx(2.0)
     assert m.expected_experts_touched(10_000) == pytest.approx(8.0)
-    assert m.weight_bytes_read_per_gpu(1, 10_000) == pytest.approx(m.weight_bytes_per_gpu(1))
+    # with every expert touched, a step reads all weights but the untied input embedding table
+    assert m.weight_bytes_read_per_gpu(1, 10_000) == pytest.approx(m.weight_bytes_per_gpu(1) - m.unread_embedding_bytes_per_gpu(1))
     assert m.weight_bytes_read_per_gpu(1, 1) < 0.35 * m.weight_bytes_per_gpu(1)
 
 
@@ -284,3 +285,12 @@ def test_bad_memory_utilisation_names_the_key():
             key_prefix="cluster.pools.0.engine",
         )
     assert err.value.key == "cluster.pools.0.engine.gpu_memory_utilization"
+
+
+def test_a_step_reads_every_weight_but_the_untied_input_embedding_table():
+    m = load_model("llama-3.1-8b")  # untied: 128,256 x 4,096 bf16 input table, about 1.05 GB
+    skipped = m.weight_bytes_per_gpu(1) - m.weight_bytes_read_per_gpu(1, 1)
+    assert skipped == 128_256 * 4_096 * 2
+    tied = load_model("qwen2.5-7b")
+    if tied.tie_word_embeddings:
+        assert tied.weight_bytes_read_per_gpu(1, 1) == tied.weight_bytes_per_gpu(1)

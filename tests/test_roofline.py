@@ -38,7 +38,7 @@ def decode(seqs, ctx):
 def test_batch1_decode_is_weight_bandwidth_plus_overhead():
     m, hw = load_model("llama-3.1-8b"), load_hardware("H100")
     expected = (
-        m.weight_bytes_per_gpu(1) / (hw.hbm_bw_tbps * 1e12 * 0.8) * 1e6 + roofline.DEFAULT_STEP_OVERHEAD_US
+        m.weight_bytes_read_per_gpu(1, 1) / (hw.hbm_bw_tbps * 1e12 * 0.8) * 1e6 + roofline.DEFAULT_STEP_OVERHEAD_US
     )
     assert build().step_us(decode(1, 128)) == pytest.approx(expected, rel=0.01)
 

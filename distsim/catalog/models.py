@@ -194,14 +194,22 @@ class ModelSpec:
         e = self.num_experts
         return e * (1.0 - (1.0 - self.experts_per_token / e) ** tokens)
 
+    def unread_embedding_bytes_per_gpu(self, tp: int) -> float:
+        """Bytes of the input embedding table a step does not read: it gathers only its tokens' rows.
+        A tied table is also the LM head, which every step reads whole, so then nothing is skipped."""
+        return 0.0 if self.tie_word_embeddings else self.embed_params * self.dtype_bytes / tp
+
     def weight_bytes_read_per_gpu(self, tp: int, tokens: int) -> float:
-        """Weight bytes one step of ``tokens`` tokens reads per rank (MoE: only the touched experts)."""
+        """Weight bytes one step of ``tokens`` tokens reads per rank: every weight but the untied input
+        embedding table (MoE: of the routed experts only the touched ones)."""
         if not self.is_moe:
-            return float(self.weight_bytes_per_gpu(tp))
+            return float(self.weight_bytes_per_gpu(tp)) - self.unread_embedding_bytes_per_gpu(tp)
         touched = self.expected_experts_touched(tokens)
-        return self.non_expert_weight_bytes_per_gpu(
-            tp
-        ) + self.num_moe_layers * touched * self.expert_bytes_per_gpu(tp)
+        return (
+            self.non_expert_weight_bytes_per_gpu(tp)
+            - self.unread_embedding_bytes_per_gpu(tp)
+            + self.num_moe_layers * touched * self.expert_bytes_per_gpu(tp)
+        )
 
     # ---- FLOPs --------------------------------------------------------------------------------
     def linear_flops_per_token(self, include_lm_head: bool = True) -> int:

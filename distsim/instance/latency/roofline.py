@@ -14,8 +14,10 @@ compute (us) = [F_lin' x P + F_lin x D + F_win x T + F_pair x A + F_dpair x C] /
               (BLIS prefill MFU where published or of the same architecture, else H100's; never
               fitted to a measured run: fitted values live in latency profiles; SOURCES.md)
 memory (us) = [W(T) + kv_tok x (C + K) + kv_win x (P + window x D)] / (bandwidth x memory_eff)
-    W(T)      weight bytes read per GPU: all of them for dense models; for MoE the non-expert weights plus
-              per MoE layer the expected distinct experts E x (1 - (1 - k/E)^T) (ModelSpec.expected_experts_touched)
+    W(T)      weight bytes read per GPU: every weight but the untied input embedding table (a step gathers
+              only its tokens' rows; a tied table is read whole as the LM head); for MoE the non-expert
+              weights plus per MoE layer the expected distinct experts E x (1 - (1 - k/E)^T)
+              (ModelSpec.expected_experts_touched)
     kv_tok    KV bytes per token per GPU over the full-attention layers (K/V heads sharded over TP)
     kv_win    the same over sliding-window layers; a decode reads one window, a prefill chunk its own tokens
     memory_eff defaults to 0.8, aiconfigurator's mem_bw_empirical_scaling_factor
@@ -80,11 +82,11 @@ class RooflineLatency(LatencyModel):
 
         self._moe = m.is_moe
         if m.is_moe:
-            self._m_fixed = m.non_expert_weight_bytes_per_gpu(tp) * us_per_byte
+            self._m_fixed = (m.non_expert_weight_bytes_per_gpu(tp) - m.unread_embedding_bytes_per_gpu(tp)) * us_per_byte
             self._m_expert = m.num_moe_layers * m.num_experts * m.expert_bytes_per_gpu(tp) * us_per_byte
             self._q = 1.0 - m.experts_per_token / m.num_experts
         else:
-            self._m_fixed = m.weight_bytes_per_gpu(tp) * us_per_byte
+            self._m_fixed = m.weight_bytes_read_per_gpu(tp, 1) * us_per_byte
             self._m_expert = 0.0
             self._q = 1.0
         self._m_kv = m.kv_bytes_per_token_per_gpu(tp) * us_per_byte
