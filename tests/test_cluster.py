@@ -69,7 +69,7 @@ def test_prefix_aware_routing_raises_the_cache_hit_rate_on_the_mooncake_trace():
     base = ["cluster.instances=4", "workload=mooncake_conversation", "workload.max_rows=1500"]
     rr = simulate(load_config([*base, "policy=round_robin"])).summary["prefix_cache_hit_rate"]
     pa = simulate(load_config([*base, "policy=prefix_affinity"])).summary["prefix_cache_hit_rate"]
-    assert pa > rr * 1.2, (rr, pa)
+    assert pa > rr * 1.1, (rr, pa)
 
 
 def test_no_herding_when_most_requests_share_one_prefix():
