@@ -7,12 +7,11 @@ Times are parsed exactly to the nanosecond; arrivals count from the first row.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import re
 
 from distsim.errors import InputFileError
-from distsim.workload.traces.rows import TraceReader, TraceRow, parse_int
+from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, parse_int
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _TS = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?$")
@@ -43,36 +42,13 @@ def parse_timestamp_ns(text: str, path, line: int) -> int:
     return ns
 
 
-def header_index(header: list[str], required, path) -> dict[str, int]:
-    """Column positions by name; a missing required column is an error naming the file."""
-    names = [h.strip() for h in header]
-    missing = [c for c in required if c not in names]
-    if missing:
-        raise InputFileError(path, f"missing column(s) {', '.join(missing)} (header: {','.join(names)})", 1)
-    return {n: i for i, n in enumerate(names)}
-
-
 class AzureReader(TraceReader):
     def rows(self):
         path = self.path
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                return
-            idx = header_index(header, COLUMNS, path)
-            it, ic, ig = idx["TIMESTAMP"], idx["ContextTokens"], idx["GeneratedTokens"]
-            width = len(header)
-            for rec in reader:
-                ln = reader.line_num
-                if not rec or (len(rec) == 1 and not rec[0].strip()):
-                    continue
-                if len(rec) != width:
-                    raise InputFileError(path, f"expected {width} fields, got {len(rec)}", ln)
-                ts = parse_timestamp_ns(rec[it], path, ln)
-                yield TraceRow(
-                    ln,
-                    ts,
-                    parse_int(rec[ic], "ContextTokens", path, ln),
-                    parse_int(rec[ig], "GeneratedTokens", path, ln),
-                )
+        for ln, rec, idx in csv_records(path, COLUMNS):
+            yield TraceRow(
+                ln,
+                parse_timestamp_ns(rec[idx["TIMESTAMP"]], path, ln),
+                parse_int(rec[idx["ContextTokens"]], "ContextTokens", path, ln),
+                parse_int(rec[idx["GeneratedTokens"]], "GeneratedTokens", path, ln),
+            )

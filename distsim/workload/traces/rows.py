@@ -6,7 +6,9 @@ Azure's seven fractional digits all convert exactly, so spans read back to the m
 
 from __future__ import annotations
 
+import csv
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from distsim.errors import InputFileError
@@ -92,3 +94,31 @@ def parse_ns(text, field: str, path, line: int, unit_ns: int) -> int:
     if text != text or text in (float("inf"), float("-inf")):
         raise InputFileError(path, f"field {field!r}: not a finite number: {text!r}", line)
     return round(text * unit_ns)
+
+
+def header_index(header: list[str], required, path) -> dict[str, int]:
+    """Column positions by name; a missing required column is an error naming the file."""
+    names = [h.strip() for h in header]
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise InputFileError(path, f"missing column(s) {', '.join(missing)} (header: {','.join(names)})", 1)
+    return {n: i for i, n in enumerate(names)}
+
+
+def csv_records(path, required: Sequence[str]) -> Iterator[tuple[int, list[str], dict[str, int]]]:
+    """Yield (line number, fields, column index) for every non-blank record of a CSV trace, after
+    checking the header names the ``required`` columns and that every record has the header's width."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return
+        idx = header_index(header, required, path)
+        width = len(header)
+        for rec in reader:
+            ln = reader.line_num
+            if not rec or (len(rec) == 1 and not rec[0].strip()):
+                continue
+            if len(rec) != width:
+                raise InputFileError(path, f"expected {width} fields, got {len(rec)}", ln)
+            yield ln, rec, idx

@@ -8,11 +8,8 @@ Empty optional cells mean "none".
 
 from __future__ import annotations
 
-import csv
-
 from distsim.errors import InputFileError
-from distsim.workload.traces.azure import header_index
-from distsim.workload.traces.rows import TraceReader, TraceRow, parse_int, parse_ns
+from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, parse_int, parse_ns
 
 REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
 OPTIONAL = ("tenant", "session", "prefix_group")
@@ -40,20 +37,8 @@ def _row(path, ln: int, get) -> TraceRow:
 class CsvReader(TraceReader):
     def rows(self):
         path = self.path
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                return
-            idx = header_index(header, REQUIRED, path)
-            width = len(header)
-            for rec in reader:
-                ln = reader.line_num
-                if not rec or (len(rec) == 1 and not rec[0].strip()):
-                    continue
-                if len(rec) != width:
-                    raise InputFileError(path, f"expected {width} fields, got {len(rec)}", ln)
-                yield _row(path, ln, lambda name, rec=rec: rec[idx[name]] if name in idx else None)
+        for ln, rec, idx in csv_records(path, REQUIRED):
+            yield _row(path, ln, lambda name, rec=rec, idx=idx: rec[idx[name]] if name in idx else None)
 
 
 class ParquetReader(TraceReader):
