@@ -7,7 +7,7 @@ The sequential baseline does a worker's work without Ray: compose each configura
 job set the seed, simulate and write the job's outputs. The sweep runs through distsim.runner.api
 (the code path of `python -m distsim -m`), once Ray is up; Ray's own start-up is timed apart and also
 reported as a cold-start figure. The driver's overhead per job (compose, submit, collect) comes from the
-driver's own timers. Results go to stdout and scripts/results/bench_sweep.json.
+driver's own timers. Results go to stdout and scripts/results/bench_sweep_<requests>.json.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from distsim.runner.api import sweep
 from distsim.runner.job import execute
 from distsim.runner.plan import plan_sweep
 
-RESULTS = Path(__file__).resolve().parent / "results" / "bench_sweep.json"
+RESULTS = Path(__file__).resolve().parent / "results"  # bench_sweep_<requests per job>.json
 
 
 def sequential(args: list[str], out: Path) -> tuple[float, float]:
@@ -126,8 +126,8 @@ def main() -> None:
         f"collect {per_job['collect']:.2f} ms = {per_job['total']:.2f} ms "
         f"(one full Hydra compose: {compose_one_ms:.0f} ms)"
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"bench_sweep_{opts.requests}.json").write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

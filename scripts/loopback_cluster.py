@@ -203,9 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         say("stopping the two nodes (SIGTERM to our ray start processes)")
         stop(procs)
         say("stopped")
-        if ok and args.sweep_dir is None:
-            shutil.rmtree(work, ignore_errors=True)
-        elif not ok:
+        if ok:  # keep the sweep, drop Ray's session files and the node logs
+            shutil.rmtree(work / "ray", ignore_errors=True)
+            for log in ("head.log", "worker.log"):
+                (work / log).unlink(missing_ok=True)
+            if args.sweep_dir is not None:
+                shutil.rmtree(work, ignore_errors=True)
+            say(f"sweep kept in {sweep_dir}")
+        else:
             say(f"logs kept in {work}")
     say("OK: both nodes ran jobs" if ok else "FAILED")
     return 0 if ok else 1
