@@ -161,7 +161,6 @@ class Instance:
         self.plan_chunks: list[tuple[Request, int]] = []
         self.plan_durations: list[int] | None = None  # a fast-forwarded run of decode steps
         self.plan_ends: list[int] | None = None
-        self.plan_blocks_pending = False  # the run's decode blocks are allocated when it is applied
         self.stats = InstanceStats()
         self.board = None  # the cluster's SignalBoard: this instance pushes its state there
         self.in_run = False  # a fast-forwarded decode run is in flight
@@ -268,7 +267,7 @@ class Instance:
         stats.busy_us += now - self.plan_begin
         if self.plan_durations is not None:
             durations = self.plan_durations
-            if self.plan_blocks_pending and k > 1:
+            if k > 1:  # a run's first step took its blocks when planned; the rest take theirs now
                 self.kv.allocate(self._decode_block_need(c0 + 1, k - 1))
             if self.board is not None:
                 self.board.in_run.pop(self.index, None)
@@ -428,7 +427,7 @@ class Instance:
         self.plan_decoders = b
         self.plan_chunks = chunks
         if not chunks and self.fast_forward and not preempted:
-            run = self._decode_run_length(c, need_dec)
+            run = self._decode_run_length(c)
             if run > 1:
                 # the first step's blocks are taken now, as a single step's would be; the rest as the
                 # run is applied (nothing else touches this cache meanwhile)
@@ -441,7 +440,6 @@ class Instance:
                 self.plan_steps = run
                 self.plan_durations = durations
                 self.plan_ends = None
-                self.plan_blocks_pending = True
                 self.plan_end = now + sum(durations)
                 self.version += 1
                 self.loop.schedule(self.plan_end, self.priority, self._on_event, self.version)
@@ -458,12 +456,11 @@ class Instance:
         dur = self.latency.step_us(StepShape(pf_tokens, pf_pairs, pf_kv, b, self.dec_ctx_base + b * c))
         self.plan_dur = dur
         self.plan_steps = 1
-        self.plan_blocks_pending = False
         self.plan_end = now + dur
         self.version += 1
         self.loop.schedule(self.plan_end, self.priority, self._on_event, self.version)
 
-    def _decode_run_length(self, c: int, need_first: int) -> int:
+    def _decode_run_length(self, c: int) -> int:
         """How many decode-only steps can run from step c before anyone joins, finishes or runs out of
         blocks: up to and including the earliest finish, as far as the available blocks reach."""
         heap = self.finish_heap
