@@ -24,9 +24,3 @@ def stream(seed: int, name: str) -> np.random.Generator:
     if seed < 0:
         raise ValueError("seed must be >= 0")
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=name_key(name))))
-
-
-def substream_seed(seed: int, name: str) -> int:
-    """A 63-bit integer seed for code that wants a plain int (e.g. a library's own RNG)."""
-    state = np.random.SeedSequence(entropy=seed, spawn_key=name_key(name)).generate_state(1, dtype=np.uint64)
-    return int(state[0]) >> 1

@@ -180,7 +180,7 @@ class Instance:
         i = self.index
         board.waiting[i] = len(self.waiting)
         board.running[i] = len(self.running)
-        board.kv_used[i] = self.kv.total - self.kv.free - len(self.kv.evictable)
+        board.kv_used[i] = self.kv.used()
         if self.in_run and board is not self.board:  # a pull: add what the run has taken by now
             board.kv_used[i] += self.run_blocks_by(self.loop.now)
         board.queued_tokens[i] = self.waiting_tokens
@@ -283,7 +283,7 @@ class Instance:
                 stats.itl_step_durations.append(self.plan_dur)
                 stats.itl_step_weights.append(b)
         stats.decode_tokens += b * k
-        used = self.kv.total - self.kv.free - len(self.kv.evictable)
+        used = self.kv.used()
         if used > stats.peak_used_blocks:
             stats.peak_used_blocks = used
         self.plan_steps = 0
@@ -311,18 +311,8 @@ class Instance:
             hashes = req.block_hashes
             if self.caching and hashes is not None:
                 full = min(req.computed // bs, len(hashes))
-                if full > req.hashed_blocks:
-                    # register the newly full prompt blocks under their hashes (inlined KVCache.try_insert:
-                    # this loop runs once per prompt block)
-                    refcount = kv.refcount
-                    evictable = kv.evictable
-                    shared = req.shared_blocks
-                    before = len(shared)
-                    for h in hashes[req.hashed_blocks : full]:
-                        if h not in refcount and h not in evictable:
-                            refcount[h] = 1
-                            shared.append(h)
-                    req.private_blocks -= len(shared) - before
+                if full > req.hashed_blocks:  # newly full prompt blocks join the prefix cache
+                    req.private_blocks -= kv.register(hashes[req.hashed_blocks : full], req.shared_blocks)
                     req.hashed_blocks = full
             if req.computed < req.prompt_tokens + req.generated:
                 continue  # more chunks to go

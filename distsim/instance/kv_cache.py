@@ -81,13 +81,18 @@ class KVCache:
             popitem(last=False)
         self.evictions += evict
 
-    def try_insert(self, h: Hashable) -> bool:
-        """Register a freshly computed full block under its hash, held by its computing request.
-        False when that content is already cached (the block then stays private, a duplicate)."""
-        if h in self.refcount or h in self.evictable:
-            return False
-        self.refcount[h] = 1
-        return True
+    def register(self, hashes: Sequence[Hashable], shared: list) -> int:
+        """Cache freshly computed full blocks under their hashes, held by the computing request: each
+        newly cached hash is appended to ``shared``; content already cached stays private (a duplicate).
+        Returns how many blocks moved from private to cached. One call per prefill chunk."""
+        refcount = self.refcount
+        evictable = self.evictable
+        before = len(shared)
+        for h in hashes:
+            if h not in refcount and h not in evictable:
+                refcount[h] = 1
+                shared.append(h)
+        return len(shared) - before
 
     def release(self, shared: Sequence[Hashable], private: int) -> None:
         """Drop a request's blocks. Shared blocks are released last-first, so the tail of a prompt is
