@@ -124,7 +124,7 @@ def instance_table(cluster: Cluster) -> pd.DataFrame:
     rows = []
     for inst in cluster.instances:
         s = inst.stats
-        pool = cluster.pools[[p.name for p in cluster.pools].index(inst.pool)]
+        pool = cluster.pool_of[inst.index]
         total = inst.kv.total
         rows.append(
             {
