@@ -128,3 +128,15 @@ def test_csv_missing_column_and_unknown_paths(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputFileError, match="not a run"):
         read_run(tmp_path / "empty")
+
+
+def test_real_bench_run_carries_its_engine_settings():
+    """The RTX 4090 run's meta.json records the scheduler's admission rule and the KV block count; the
+    RTX PRO 6000 run's does not (its replay falls back on the config's values)."""
+    bench = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "llmservingsim_bench"
+    ada = read_run(bench / "RTX4090_Llama-3.1-8B")
+    assert ada.engine.scheduler_reserve_full_isl is True and ada.engine.total_kv_blocks == 2588
+    assert ada.engine.max_num_seqs == 256 and ada.engine.max_num_batched_tokens == 2048
+    pro = read_run(bench / "RTXPRO6000_Llama-3.1-8B")
+    assert pro.engine.scheduler_reserve_full_isl is None and pro.engine.total_kv_blocks is None
+    assert pro.engine.max_num_seqs == 128

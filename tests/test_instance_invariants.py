@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from simkit import engine, run
@@ -204,3 +205,26 @@ def test_chunked_prefill_splits_a_long_prompt():
     df = run([Request(0, 0, 50, 1)], params, lat).recorder.table()
     # 16 + 16 + 16 + 2 tokens: four steps
     assert df["ttft_ms"].item() == (4 * 100 + 50) / 1000
+
+
+@pytest.mark.parametrize("reserve_full", [True, False])
+def test_reserve_full_isl_admits_only_whole_sequences(reserve_full):
+    """vLLM's scheduler_reserve_full_isl: a waiting request is admitted only if the blocks for its whole
+    sequence are free. Without it, a first chunk that fits is admitted and the cache later runs out."""
+    params = engine(
+        max_num_seqs=4, max_num_batched_tokens=16, block_size=4, total_kv_blocks=16,
+        scheduler_reserve_full_isl=reserve_full,
+    )
+    # A holds 8 blocks after its prompt and grows to 13; B needs 11 for its prompt, 4 for a first chunk
+    reqs = [Request(0, 0, 32, 20), Request(1, 1, 44, 2)]
+    sim = run(reqs, params, check_every_event=True)
+    df = sim.recorder.table().set_index("request_id")
+    assert (df["status"] == "completed").all()
+    b_start = df.loc[1, "queue_ms"] + df.loc[1, "arrival_ms"]
+    a_end = df.loc[0, "completion_ms"]
+    if reserve_full:
+        assert sim.cluster.instances[0].stats.preemptions == 0
+        assert b_start >= a_end - 0.01  # B waits (its blocks free up only as A finishes)
+    else:
+        assert b_start < a_end / 2
+        assert sim.cluster.instances[0].stats.preemptions >= 1

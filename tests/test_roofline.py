@@ -55,6 +55,21 @@ def test_prefill_2048_is_compute_bound():
     assert parts["compute_us"] > 5 * parts["memory_us"]
 
 
+def test_step_is_the_sum_of_per_operator_rooflines():
+    """A prefill chunk batched with many long decodes: the linear layers are compute-bound, the
+    decodes' attention is bound by its KV reads; the two run one after the other, so the step pays
+    both (a single max over summed FLOPs and bytes would hide the KV reads behind the matmuls)."""
+    lm = build(step_overhead_us=0)
+    shape = StepShape(1024, 1024 * 1025 // 2, 1024, 128, 128 * 2000)
+    p = lm.breakdown(shape)
+    assert p["linear_compute_us"] > p["linear_memory_us"] and p["attention_memory_us"] > p["attention_compute_us"]
+    per_operator = max(p["linear_compute_us"], p["linear_memory_us"]) + max(
+        p["attention_compute_us"], p["attention_memory_us"]
+    )
+    assert lm.step_us(shape) == pytest.approx(per_operator, abs=1)
+    assert per_operator > 1.2 * max(p["compute_us"], p["memory_us"])
+
+
 def test_tp2_halves_bytes_and_adds_all_reduce():
     one, two = build(tp=1), build(tp=2)
     shape = decode(16, 16 * 1000)

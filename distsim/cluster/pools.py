@@ -107,6 +107,7 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
             total_kv_blocks=int(total_blocks),
             enable_chunked_prefill=bool(engine.enable_chunked_prefill),
             enable_prefix_caching=bool(engine.enable_prefix_caching),
+            scheduler_reserve_full_isl=bool(engine.scheduler_reserve_full_isl),
             scheduler=engine.scheduler,
         )
         latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp))

@@ -29,6 +29,7 @@ class EngineConfig:
     total_kv_blocks: int | None = None  # null: derived from model, hardware, TP and memory utilisation
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    scheduler_reserve_full_isl: bool = True  # admit a waiting request only if its whole sequence fits (vLLM >= 0.19)
     activation_reserve_fraction: float = 0.05  # of GPU memory, kept for activations and the CUDA graphs
     scheduler: str = "fcfs"  # waiting-queue order: fcfs | priority | shortest_prompt
 

@@ -124,6 +124,7 @@ def _engine_settings(meta: dict[str, Any]) -> EngineSettings:
         gpu_memory_utilization=kv.get("gpu_memory_utilization"),
         enable_prefix_caching=kv.get("enable_prefix_caching"),
         enable_chunked_prefill=sched.get("enable_chunked_prefill"),
+        scheduler_reserve_full_isl=sched.get("scheduler_reserve_full_isl"),
         tensor_parallel_size=kwargs.get("tensor_parallel_size"),
     )
 

@@ -43,6 +43,7 @@ class EngineSettings:
     gpu_memory_utilization: float | None = None
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
+    scheduler_reserve_full_isl: bool | None = None
     tensor_parallel_size: int | None = None
 
     def overrides(self) -> dict[str, object]:

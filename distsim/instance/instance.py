@@ -54,6 +54,7 @@ class EngineParams:
     total_kv_blocks: int
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    scheduler_reserve_full_isl: bool = True
     scheduler: str = "fcfs"
 
 
@@ -139,6 +140,7 @@ class Instance:
         self.max_seqs = params.max_num_seqs
         self.caching = params.enable_prefix_caching
         self.chunked = params.enable_chunked_prefill
+        self.reserve_full = params.scheduler_reserve_full_isl
         self.kv = KVCache(params.total_kv_blocks)
         self.waiting = QUEUES[params.scheduler]()
         self.running: dict[int, Request] = {}  # admission order
@@ -564,7 +566,10 @@ class Instance:
                     break  # without chunked prefill a prompt goes in whole (recomputes are chunked)
                 n = budget
             nb = _ceil_div(computed + n, bs) - hits
-            if nb > kv.free + len(kv.evictable) - from_evictable - need_dec:
+            # vLLM's scheduler_reserve_full_isl: the blocks for the whole sequence so far must be free,
+            # not only those of this step's chunk (else a long prompt is admitted and preempts others)
+            need = _ceil_div(total, bs) - hits if self.reserve_full else nb
+            if need > kv.free + len(kv.evictable) - from_evictable - need_dec:
                 break
             waiting.popleft()
             self.waiting_tokens -= total

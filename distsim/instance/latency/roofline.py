@@ -1,9 +1,21 @@
-"""Roofline step-time model: a step takes as long as its slower resource, plus communication and overhead.
+"""Roofline step-time model: each operator class takes as long as its slower resource; a step runs them
+one after the other, plus communication and overhead.
 
 For a step of shape (prefill_tokens P, prefill_attn_pairs A, prefill_kv_tokens K, decode_seqs D,
 decode_ctx C) on one instance of ``tp`` GPUs, with T = P + D tokens:
 
-compute (us) = [F_lin' x P + F_lin x D + F_win x T + F_pair x A + F_dpair x C] / (tp x peak x compute_eff)
+step = max(linear compute, linear memory) + max(attention compute, attention memory) + all-reduce + overhead
+
+The two operator classes are separate kernels (the projections and MLP are matmuls over the weights;
+attention reads each sequence's KV), so a step pays both: a chunk of prompt makes the matmuls
+compute-bound while the decodes batched with it keep attention bound by their KV reads. One max over
+the summed FLOPs and bytes would hide those reads behind the matmuls (LLM-Viewer and GenZ apply the
+roofline per operator for the same reason).
+
+linear compute (us)    = [F_lin' x P + F_lin x D] / (tp x peak x compute_eff)
+linear memory (us)     = W(T) / (bandwidth x memory_eff)
+attention compute (us) = [F_win x T + F_pair x A + F_dpair x C] / (tp x peak x compute_eff)
+attention memory (us)  = [kv_tok x (C + K) + kv_win x (P + window x D)] / (bandwidth x memory_eff)
     F_lin     matmul FLOPs per token, 2 x active matmul weights incl. lm_head (ModelSpec.linear_flops_per_token)
     F_lin'    the same without lm_head: vLLM computes logits only at sampled positions, not for every
               prompt token (one lm_head per finished prompt is left out: under 1 token's worth)
@@ -13,7 +25,6 @@ compute (us) = [F_lin' x P + F_lin x D + F_win x T + F_pair x A + F_dpair x C] /
     peak      HardwareSpec.bf16_tflops (dense); compute_eff defaults to the catalog's per-GPU default
               (BLIS prefill MFU where published or of the same architecture, else H100's; never
               fitted to a measured run: fitted values live in latency profiles; SOURCES.md)
-memory (us) = [W(T) + kv_tok x (C + K) + kv_win x (P + window x D)] / (bandwidth x memory_eff)
     W(T)      weight bytes read per GPU: every weight but the untied input embedding table (a step gathers
               only its tokens' rows; a tied table is read whole as the LM head); for MoE the non-expert
               weights plus per MoE layer the expected distinct experts E x (1 - (1 - k/E)^T)
@@ -31,14 +42,15 @@ overhead (us) = step_overhead_us, default 500: BLIS's TOverheadMicros for vLLM's
     Llama-3-8B's serving time on an H100 (vLLM blog, 2024-09-05); later versions overlap much of it
     with the GPU, so the exposed part is a fraction of a millisecond per step.
 
-step_us = max(1, floor(max(compute, memory) + all-reduce + overhead + 0.5)).
+step_us = max(1, floor(step + 0.5)).
 
 compute_efficiency, memory_efficiency and step_overhead_us come from ``cluster.latency.*``, else from a
 latency profile fitted to measured runs (``cluster.latency.profile``; ``python -m distsim.calibrate``;
 docs/fidelity.md), else from the defaults above.
 
-The terms are grouped as (fixed part) + (per-KV-token rate x context) so that a run of decode-only steps,
-whose context grows by the batch size each step, is a few in-place array operations.
+In a run of decode-only steps only the context grows (by the batch size each step): the linear layers'
+time is fixed and attention's is max(fixed + rate x context, fixed + rate x context), so the run is a
+few in-place array operations.
 
 All constants are folded into per-unit coefficients at construction so :meth:`step_us` is a few float
 operations; :meth:`decode_steps_us` repeats exactly the same operations in the same order in numpy, so
@@ -74,9 +86,9 @@ class RooflineLatency(LatencyModel):
         self.tp = tp
         us_per_flop = 1e6 / (hw.bf16_tflops * 1e12 * compute_efficiency * tp)
         us_per_byte = 1e6 / (hw.hbm_bw_tbps * 1e12 * memory_efficiency)
-        window_flops = m.attn_window_flops_per_token()
-        self._c_ptok = (m.linear_flops_per_token(include_lm_head=False) + window_flops) * us_per_flop
-        self._c_dtok = (m.linear_flops_per_token() + window_flops) * us_per_flop
+        self._c_win = m.attn_window_flops_per_token() * us_per_flop
+        self._c_ptok = m.linear_flops_per_token(include_lm_head=False) * us_per_flop
+        self._c_dtok = m.linear_flops_per_token() * us_per_flop
         self._c_ppair = m.attn_flops_per_pair() * us_per_flop
         self._c_dpair = m.attn_flops_per_decode_pair() * us_per_flop
 
@@ -103,63 +115,68 @@ class RooflineLatency(LatencyModel):
             self._a0 = 0.0
             self._a_tok = 0.0
         self._overhead = float(step_overhead_us)
-        self._decode_consts: dict[int, tuple[float, float, float]] = {}  # decode seqs -> per-batch terms
+        self._decode_consts: dict[int, tuple[float, float, float, float]] = {}  # decode seqs -> per-batch terms
 
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         """The terms of one step in microseconds (for tests and diagnostics; not on the hot path)."""
         p_tok, p_pairs, p_kv, d_seqs, d_ctx = shape
         tokens = p_tok + d_seqs
+        lin_c, lin_m = self._linear(p_tok, d_seqs, tokens)
+        att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
         return {
-            "compute_us": self._compute(p_tok, p_pairs, d_seqs, d_ctx),
-            "memory_us": self._memory(p_tok, p_kv, d_seqs, d_ctx, tokens),
+            "linear_compute_us": lin_c,
+            "linear_memory_us": lin_m,
+            "attention_compute_us": att_c,
+            "attention_memory_us": att_m,
+            "compute_us": lin_c + att_c,
+            "memory_us": lin_m + att_m,
             "all_reduce_us": self._a0 + self._a_tok * tokens,
             "overhead_us": self._overhead,
         }
 
-    def _compute(self, p_tok: int, p_pairs: int, d_seqs: int, d_ctx: int) -> float:
-        return self._c_ptok * p_tok + self._c_dtok * d_seqs + self._c_ppair * p_pairs + self._c_dpair * d_ctx
+    def _weights(self, tokens: int) -> float:
+        return self._m_fixed + self._m_expert * (1.0 - self._q**tokens) if self._moe else self._m_fixed
 
-    def _memory(self, p_tok: int, p_kv: int, d_seqs: int, d_ctx: int, tokens: int) -> float:
-        w = self._m_fixed + self._m_expert * (1.0 - self._q**tokens) if self._moe else self._m_fixed
-        return w + self._m_kv * (d_ctx + p_kv) + (self._m_win_ptok * p_tok + self._m_win_dseq * d_seqs)
+    def _linear(self, p_tok: int, d_seqs: int, tokens: int) -> tuple[float, float]:
+        return self._c_ptok * p_tok + self._c_dtok * d_seqs, self._weights(tokens)
 
-    def _per_batch(self, tokens: int, d_seqs: int) -> tuple[float, float]:
-        """The parts of a step that depend only on its token and decode-sequence counts:
-        weights plus window-KV bytes (us), and all-reduce plus overhead plus the rounding half (us)."""
-        if self._moe:
-            w = self._m_fixed + self._m_expert * (1.0 - self._q**tokens)
-        else:
-            w = self._m_fixed
-        return w + self._m_win_dseq * d_seqs, (self._a0 + self._a_tok * tokens) + self._overhead + 0.5
+    def _attention(self, p_tok: int, p_pairs: int, p_kv: int, d_seqs: int, d_ctx: int) -> tuple[float, float]:
+        compute = self._c_win * (p_tok + d_seqs) + self._c_ppair * p_pairs + self._c_dpair * d_ctx
+        memory = self._m_kv * (d_ctx + p_kv) + self._m_win_ptok * p_tok + self._m_win_dseq * d_seqs
+        return compute, memory
+
+    def _decode_batch(self, b: int) -> tuple[float, float, float, float]:
+        """The parts of a decode-only step of ``b`` sequences that do not depend on its context:
+        the linear layers' time (us), the attention's context-free compute and bytes terms (us), and
+        all-reduce plus overhead plus the rounding half (us)."""
+        cached = self._decode_consts.get(b)
+        if cached is None:
+            lin_c, lin_m = self._linear(0, b, b)
+            lin = lin_c if lin_c > lin_m else lin_m
+            tail = (self._a0 + self._a_tok * b) + self._overhead + 0.5
+            cached = self._decode_consts[b] = (lin, self._c_win * b, self._m_win_dseq * b, tail)
+        return cached
 
     def step_us(self, shape: StepShape) -> int:
         p_tok, p_pairs, p_kv, d_seqs, d_ctx = shape
-        tokens = p_tok + d_seqs
         if p_tok:
-            mem_fixed, tail = self._per_batch(tokens, d_seqs)
-            mem_fixed = mem_fixed + self._m_win_ptok * p_tok + self._m_kv * p_kv
-            t_c = (self._c_ptok * p_tok + self._c_ppair * p_pairs + self._c_dtok * d_seqs) + self._c_dpair * d_ctx
+            tokens = p_tok + d_seqs
+            lin_c, lin_m = self._linear(p_tok, d_seqs, tokens)
+            att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
+            tail = (self._a0 + self._a_tok * tokens) + self._overhead + 0.5
+            us = math.floor(((att_c if att_c > att_m else att_m) + (lin_c if lin_c > lin_m else lin_m)) + tail)
         else:
-            cached = self._decode_consts.get(d_seqs)
-            if cached is None:
-                cached = self._decode_consts[d_seqs] = (self._c_dtok * d_seqs, *self._per_batch(tokens, d_seqs))
-            comp_fixed, mem_fixed, tail = cached
-            t_c = comp_fixed + self._c_dpair * d_ctx
-        t_m = mem_fixed + self._m_kv * d_ctx
-        us = math.floor((t_c if t_c > t_m else t_m) + tail)
+            lin, att_c0, att_m0, tail = self._decode_batch(d_seqs)
+            att_c = d_ctx * self._c_dpair + att_c0
+            att_m = d_ctx * self._m_kv + att_m0
+            us = math.floor(((att_c if att_c > att_m else att_m) + lin) + tail)
         return us if us > 1 else 1
-
-    def _consts(self, b: int) -> tuple[float, float, float]:
-        cached = self._decode_consts.get(b)
-        if cached is None:
-            cached = self._decode_consts[b] = (self._c_dtok * b, *self._per_batch(b, b))
-        return cached
 
     def decode_steps(self, decode_seqs: int, decode_ctx0: int, count: int) -> list[int]:
         if count > 48:
             return self.decode_steps_us(decode_seqs, decode_ctx0, count).tolist()
         b = int(decode_seqs)
-        comp_fixed, mem_fixed, tail = self._consts(b)
+        lin, att_c0, att_m0, tail = self._decode_batch(b)
         c_pair = self._c_dpair
         m_kv = self._m_kv
         floor = math.floor
@@ -167,26 +184,27 @@ class RooflineLatency(LatencyModel):
         ctx = float(decode_ctx0)
         for _ in range(count):
             # the same operations, in the same order, as decode_steps_us's array arithmetic
-            t_c = ctx * c_pair + comp_fixed
-            t_m = ctx * m_kv + mem_fixed
-            us = floor((t_c if t_c > t_m else t_m) + tail)
+            att_c = ctx * c_pair + att_c0
+            att_m = ctx * m_kv + att_m0
+            us = floor(((att_c if att_c > att_m else att_m) + lin) + tail)
             out.append(us if us > 1 else 1)
             ctx += b
         return out
 
     def decode_steps_us(self, decode_seqs: int, decode_ctx0: int, count: int) -> np.ndarray:
         b = int(decode_seqs)
-        comp_fixed, mem_fixed, tail = self._consts(b)
+        lin, att_c0, att_m0, tail = self._decode_batch(b)
         ctx0 = int(decode_ctx0)
         ctx = np.arange(ctx0, ctx0 + int(count) * b, b, dtype=np.float64) if b else np.full(int(count), float(ctx0))
-        t_c = ctx * self._c_dpair
-        t_c += comp_fixed
+        att_c = ctx * self._c_dpair
+        att_c += att_c0
         ctx *= self._m_kv
-        ctx += mem_fixed
-        np.maximum(t_c, ctx, out=t_c)
-        t_c += tail
-        np.floor(t_c, out=t_c)
-        out = t_c.astype(np.int64)
+        ctx += att_m0
+        np.maximum(att_c, ctx, out=att_c)
+        att_c += lin
+        att_c += tail
+        np.floor(att_c, out=att_c)
+        out = att_c.astype(np.int64)
         if tail < 1.5:  # only a step with no overhead could round below one microsecond
             np.maximum(out, 1, out=out)
         return out
