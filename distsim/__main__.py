@@ -14,9 +14,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from distsim.config.schema import register_schemas
-from distsim.errors import UserError
+from distsim.errors import UserError, print_warnings_as_lines
 
 register_schemas()
+print_warnings_as_lines()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -7,6 +7,9 @@ of :class:`UserError`; the command-line entry points print ``str(err)`` and exit
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 
 class UserError(Exception):
     """Base class for errors caused by the user's input rather than by a bug."""
@@ -34,3 +37,28 @@ class InputFileError(UserError):
 
 class SimulationError(Exception):
     """An internal invariant was violated (a bug, not a user error): e.g. the clock went backwards."""
+
+
+class ConfigWarning(UserWarning):
+    """A config that runs but probably not as meant (e.g. prefix-aware routing with prefix caching off).
+
+    Issued through :func:`warn_config`; the command-line entry points print it as one line on stderr.
+    """
+
+
+def warn_config(key: str, message: str) -> None:
+    """Warn once about a config contradiction that is legal but likely a mistake; ``key`` as in ConfigError."""
+    warnings.warn(ConfigWarning(f"{key}: {message}"), stacklevel=2)
+
+
+def print_warnings_as_lines() -> None:
+    """Show ConfigWarnings as ``distsim: warning: KEY: MESSAGE``, one line each, no source line."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ConfigWarning):
+            print(f"distsim: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show

@@ -1,0 +1,31 @@
+"""Run a distsim command line in a subprocess and check that a user's mistake reads as one plain line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` with captured text output."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, status: int, *needles: str) -> str:
+    """The command failed with ``status``, printed no traceback, and its error line names every needle.
+
+    Returns the error line (the last non-empty line of stderr; warnings may precede it).
+    """
+    assert proc.returncode == status, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines, "no message on stderr"
+    message = lines[-1]
+    for needle in needles:
+        assert needle in message, (needle, message)
+    return message
