@@ -145,6 +145,7 @@ def instance_table(cluster: Cluster) -> pd.DataFrame:
                 "preemptions": s.preemptions,
                 "admitted": s.admitted,
                 "completed": s.completed,
+                "handed_off": s.handed_off,
                 "dropped": s.dropped,
                 "cached_tokens": s.cached_tokens,
                 "prompt_tokens": s.prompt_tokens,

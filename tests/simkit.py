@@ -88,13 +88,10 @@ def run(
 
 
 def _wrap_checks(sim: MiniSim) -> None:
-    """Check every instance's invariants after each instance event."""
-    for inst in sim.cluster.instances:
-        original = inst._on_event
+    """Check the cluster's and every instance's invariants after each event."""
 
-        def checked(now, version, _inst=inst, _orig=original):
-            _orig(now, version)
-            _inst.check_invariants()
-            sim.checks += 1
+    def check(now: int) -> None:
+        sim.cluster.check_invariants()
+        sim.checks += 1
 
-        inst._on_event = checked
+    sim.loop.after_event = check

@@ -21,7 +21,7 @@ from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.engine.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.engine.rng import stream
-from distsim.errors import ConfigError
+from distsim.errors import ConfigError, SimulationError
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
 from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext, load_builtin_policies
@@ -240,7 +240,7 @@ class Cluster:
         decode = self._decode_target.pop(req.request_id)
         if req.generated >= req.output_tokens:  # a one-token answer needs no decode instance
             self.state.outstanding[decode] -= 1
-            prefill.release_held(req)
+            prefill.release_held(req, now)
             req.completion_us = now
             req.status = Status.COMPLETED
             self.recorder.done(req)
@@ -261,7 +261,7 @@ class Cluster:
 
     def _transfer_done(self, now: int, req: Request) -> None:
         del self._in_transfer[req.request_id]
-        self.instances[req.prefill_instance].release_held(req)
+        self.instances[req.prefill_instance].release_held(req, now)
         req.first_token_us = now
         req.last_token_us = now
         self.instances[req.instance].receive(req, now)
@@ -283,6 +283,37 @@ class Cluster:
             req = pending[rid]
             req.status = Status.UNFINISHED
             self.recorder.done(req)
+
+    def check_invariants(self) -> None:
+        """Every instance's invariants, and every arrived request in exactly one place: recorded with its
+        final status, dispatching, or on one instance (queued, running, or in a P/D hand-off stage);
+        blocks are reserved or held only for a request in that hand-off. Raises SimulationError."""
+        places: dict[int, str] = {}
+
+        def put(req: Request, where: str) -> None:
+            if req.request_id in places:
+                raise SimulationError(f"request {req.request_id} both {places[req.request_id]} and {where}")
+            places[req.request_id] = where
+
+        for req in self._transit.values():
+            put(req, "dispatching")
+        for req in self._in_transfer.values():
+            put(req, "in KV transfer")
+        for inst in self.instances:
+            inst.check_invariants()
+            for req in inst.in_flight():
+                put(req, f"on instance {inst.index}")
+            for req in inst.awaiting_blocks:
+                put(req, f"awaiting blocks on instance {inst.index}")
+        handing_off = set(self._in_transfer) | {rid for rid, where in places.items() if where.startswith("awaiting")}
+        for inst in self.instances:
+            if not set(inst.reserved) <= set(self._in_transfer) or not set(inst.held) <= handing_off:
+                raise SimulationError(f"instance {inst.index}: blocks reserved or held for a request not in a hand-off")
+        recorded = len(self.recorder.records)
+        if self.arrived != recorded + len(places):
+            raise SimulationError(
+                f"requests not conserved: {self.arrived} arrived != {recorded} recorded + {len(places)} in flight"
+            )
 
     def decision_table(self):
         import pandas as pd

@@ -28,6 +28,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
@@ -69,6 +70,7 @@ class InstanceStats:
         "peak_used_blocks",
         "preemptions",
         "completed",
+        "handed_off",
         "dropped",
         "admitted",
         "cached_tokens",
@@ -88,7 +90,8 @@ class InstanceStats:
         self.decode_tokens = 0
         self.peak_used_blocks = 0
         self.preemptions = 0
-        self.completed = 0
+        self.completed = 0  # requests that finished here (their last token)
+        self.handed_off = 0  # P/D prefill side: prompts computed here and passed to a decode instance
         self.dropped = 0
         self.admitted = 0
         self.cached_tokens = 0
@@ -169,8 +172,11 @@ class Instance:
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
         self.on_prefilled: Callable[[Request, int], None] | None = None  # P/D: a prefill finished here
         self.held: dict[int, tuple[list, int]] = {}  # P/D prefill side: blocks held until the KV is sent
-        self.reserved: dict[int, Request] = {}  # P/D decode side: blocks reserved for an incoming KV
-        self.awaiting_blocks: list[Request] = []  # P/D decode side: transfers waiting for blocks
+        # P/D decode side, in the order a request passes through: waiting for blocks for its KV, blocks
+        # reserved while the KV moves, then landed (holding its blocks) waiting for a sequence slot
+        self.awaiting_blocks: deque[Request] = deque()
+        self.reserved: dict[int, Request] = {}
+        self.landed: deque[Request] = deque()
         self.on_reserved: Callable[[Request, int], None] | None = None  # P/D: blocks ready, send the KV
 
     def attach(self, board) -> None:
@@ -180,7 +186,7 @@ class Instance:
 
     def publish_to(self, board) -> None:
         i = self.index
-        board.waiting[i] = len(self.waiting)
+        board.waiting[i] = len(self.waiting) + len(self.landed)
         board.running[i] = len(self.running)
         board.kv_used[i] = self.kv.used()
         if self.in_run and board is not self.board:  # a pull: add what the run has taken by now
@@ -216,17 +222,21 @@ class Instance:
     def _enqueue(self, req: Request, now: int) -> None:
         req.phase = WAITING
         self.waiting.append(req)
-        self.waiting_tokens += req.prompt_tokens + req.generated - req.computed
+        self.waiting_tokens += req.prompt_tokens + req.generated
         if self.board is not None:
-            self.board.waiting[self.index] = len(self.waiting)
+            self.board.waiting[self.index] = len(self.waiting) + len(self.landed)
             self.board.queued_tokens[self.index] = self.waiting_tokens
         if not self.busy:
-            self.busy = True
-            self.plan_steps = 0
-            self.version += 1
-            self.loop.schedule(now, self.priority, self._on_event, self.version)
+            self._wake(now)
         elif self.plan_durations is not None and self.waiting.peek() is req and len(self.running) < self.max_seqs:
             self._cut_run(now)
+
+    def _wake(self, now: int) -> None:
+        """An idle instance plans a step at ``now`` (something arrived, or blocks came free)."""
+        self.busy = True
+        self.plan_steps = 0
+        self.version += 1
+        self.loop.schedule(now, self.priority, self._on_event, self.version)
 
     def _run_ends(self) -> list[int]:
         """End times of the steps of the planned run (computed only when a run is cut)."""
@@ -252,8 +262,6 @@ class Instance:
             return  # a run that was cut short
         if self.plan_steps:
             self._apply_plan(now)
-        if self.awaiting_blocks:
-            self._reserve_incoming(now)
         self._plan_next(now)
         self._publish()
 
@@ -403,15 +411,25 @@ class Instance:
                 kv.allocate(nb)
                 req.alloc_tokens += n
                 req.private_blocks += nb
-        if not preempted and self.waiting and budget > 0 and len(self.running) < self.max_seqs:
-            budget = self._admit_waiting(now, budget, need_dec, chunks)
+        # a step that preempted admits nobody (vLLM), unless it was left with nothing to run
+        if (not preempted or not (chunks or self.dec_count)) and budget > 0 and len(self.running) < self.max_seqs:
+            if self.landed:
+                budget = self._admit_landed(budget)
+            if self.waiting:
+                budget = self._admit_waiting(now, budget, need_dec, chunks)
+            if self.awaiting_blocks and not self.waiting and budget > 0 and len(self.running) < self.max_seqs:
+                self._reserve_incoming(now, need_dec)
 
         b = self.dec_count
         if not chunks and not b:
             self.busy = False
             self.plan_steps = 0
-            if self.waiting and not self.running:
-                raise SimulationError(f"instance {self.index}: idle with {len(self.waiting)} waiting requests")
+            if (self.waiting or self.landed or self.awaiting_blocks) and not (self.held or self.reserved):
+                # nothing runs and nothing in flight will free blocks or land: a deadlock (a bug)
+                raise SimulationError(
+                    f"instance {self.index}: idle with {len(self.waiting)} waiting, {len(self.landed)} landed and"
+                    f" {len(self.awaiting_blocks)} incoming requests"
+                )
             return
 
         self.plan_start = c
@@ -544,17 +562,6 @@ class Instance:
         while waiting and budget > 0 and len(running) < self.max_seqs:
             req = waiting.peek()
             total = req.prompt_tokens + req.generated
-            if req.computed:  # P/D: the prompt's KV arrived from a prefill instance; it decodes from here
-                nb = 1 if req.computed % bs == 0 else 0  # its next token may open a block
-                if nb > kv.free + len(kv.evictable) - need_dec:
-                    break
-                waiting.popleft()
-                self.waiting_tokens -= total - req.computed
-                kv.allocate(nb)
-                running[req.request_id] = req
-                self._join_decode(req)  # it decodes in this step: generated = 1 = offset + steps done
-                budget -= 1
-                continue
             hits = from_evictable = 0
             hashes = req.block_hashes
             if self.caching and hashes is not None:
@@ -596,6 +603,13 @@ class Instance:
         return budget
 
     # ------------------------------------------------------------------ P/D disaggregation
+    # Decode side: an incoming request first needs blocks for its prompt's KV and its first decode slot;
+    # they are reserved in the step's admission phase (after the running requests, in arrival order, only
+    # once no preempted request waits ahead, like vLLM's waiting loop), then the KV moves, then the request
+    # lands holding every block its first decode step needs and waits only for a sequence slot. Landed
+    # requests are admitted before requests waiting for a recompute: they need no new blocks, so they
+    # never wait behind one that does (which could leave an engine whose blocks all sit in landed
+    # requests with nothing to run).
     def _hand_off(self, req: Request, now: int) -> None:
         """Prefill side: the prompt is computed and the first token sampled; keep the blocks until the
         KV has been sent, free the sequence slot."""
@@ -607,13 +621,16 @@ class Instance:
         req.alloc_tokens = 0
         req.computed = 0
         req.hashed_blocks = 0
-        self.stats.completed += 1
+        self.stats.handed_off += 1
         self.on_prefilled(req, now)
 
-    def release_held(self, req: Request) -> None:
-        """Prefill side: the KV transfer has finished; free the request's blocks."""
+    def release_held(self, req: Request, now: int) -> None:
+        """Prefill side: the KV transfer has finished; free the request's blocks (a waiting prompt may
+        have been held back by them)."""
         shared, private = self.held.pop(req.request_id)
         self.kv.release(shared, private)
+        if not self.busy and self.waiting:
+            self._wake(now)
         self._publish()
 
     def incoming(self, req: Request, now: int) -> None:
@@ -621,33 +638,52 @@ class Instance:
         req.instance = self.index
         self.awaiting_blocks.append(req)
         if not self.busy:
-            self.busy = True
-            self.plan_steps = 0
-            self.version += 1
-            self.loop.schedule(now, self.priority, self._on_event, self.version)
-        elif self.plan_durations is not None:
+            self._wake(now)
+        elif self.plan_durations is not None and len(self.running) < self.max_seqs:
             self._cut_run(now)
 
-    def _reserve_incoming(self, now: int) -> None:
+    def _reserve_incoming(self, now: int, need_dec: int) -> None:
+        """Reserve blocks for incoming KVs in arrival order, leaving this step's decode blocks."""
         kv = self.kv
         bs = self.bs
         while self.awaiting_blocks:
             req = self.awaiting_blocks[0]
-            need = _ceil_div(req.prompt_tokens, bs)
-            if need > kv.free + len(kv.evictable):
+            need = _ceil_div(req.prompt_tokens + 1, bs)  # the prompt's KV and the first decode token's slot
+            if need > kv.free + len(kv.evictable) - need_dec:
                 return
-            self.awaiting_blocks.pop(0)
+            self.awaiting_blocks.popleft()
             kv.allocate(need)
             req.private_blocks = need
-            req.alloc_tokens = req.prompt_tokens
+            req.alloc_tokens = req.prompt_tokens + 1
             req.computed = req.prompt_tokens
             self.reserved[req.request_id] = req
             self.on_reserved(req, now)
 
     def receive(self, req: Request, now: int) -> None:
-        """Decode side: the KV has arrived; the request waits for a slot to decode."""
+        """Decode side: the KV has landed; the request waits for a sequence slot to decode."""
         del self.reserved[req.request_id]
-        self._enqueue(req, now)
+        req.phase = WAITING
+        self.landed.append(req)
+        self.waiting_tokens += 1  # its next decode token
+        if self.board is not None:
+            self.board.waiting[self.index] = len(self.waiting) + len(self.landed)
+            self.board.queued_tokens[self.index] = self.waiting_tokens
+        if not self.busy:
+            self._wake(now)
+        elif self.plan_durations is not None and len(self.running) < self.max_seqs:
+            self._cut_run(now)
+
+    def _admit_landed(self, budget: int) -> int:
+        """Decode side: landed requests join the decoders while sequence slots and budget last."""
+        running = self.running
+        while self.landed and budget > 0 and len(running) < self.max_seqs:
+            req = self.landed.popleft()
+            self.waiting_tokens -= 1
+            running[req.request_id] = req
+            self.stats.admitted += 1
+            self._join_decode(req)  # it decodes in this step: generated = 1 = offset + steps done
+            budget -= 1
+        return budget
 
     def run_blocks_by(self, now: int) -> int:
         """Blocks the fast-forwarded run has taken by ``now`` beyond its first step (for live signals:
@@ -672,7 +708,7 @@ class Instance:
 
     def in_flight(self) -> list[Request]:
         """Requests still queued or running (unfinished at the end)."""
-        return list(self.running.values()) + list(self.waiting)
+        return list(self.running.values()) + list(self.waiting) + list(self.landed)
 
     # ------------------------------------------------------------------ checks
     def check_invariants(self) -> None:
@@ -687,9 +723,8 @@ class Instance:
             private += held_private
         for req in self.reserved.values():
             private += req.private_blocks
-        for req in self.waiting:
-            if req.computed:  # P/D: its KV has arrived and waits for a sequence slot
-                private += req.private_blocks
+        for req in self.landed:  # P/D: its KV has arrived and waits for a sequence slot
+            private += req.private_blocks
         for req in self.running.values():
             holders += len(req.shared_blocks)
             if req.phase == DECODE:
