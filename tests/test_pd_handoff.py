@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from simkit import FAKE_HW, engine, run
 
 from distsim import load_config, simulate
 from distsim.cluster.pools import PoolSpec
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
-from simkit import FAKE_HW, engine, run
 
 MODEL = SimpleNamespace(kv_bytes_per_token_per_gpu=lambda tp: 1000)
 LATENCY = LinearLatency(100.0, 2.0, 5.0)

@@ -30,7 +30,12 @@ _REQUIRED = (
 
 @dataclass(frozen=True)
 class HardwareSpec:
-    """One GPU. Units: TFLOP/s (1e12), TB/s (1e12 B/s), bytes, GB/s per direction (1e9 B/s), USD/h, W."""
+    """One GPU. Units: TFLOP/s (1e12), TB/s (1e12 B/s), bytes, GB/s per direction (1e9 B/s), USD/h, W.
+
+    ``gpus_per_node``: how many of these GPUs a node joins with ``link_gbps_per_dir`` (NVLink through
+    NVSwitch on HGX boards, PCIe for PCIe cards). Tensor parallelism beyond it would cross the network,
+    which the step model does not cost, so larger TP degrees are refused unless the config says the
+    nodes are bigger (``cluster.gpus_per_node``, e.g. 72 for a GB200 NVL72 rack)."""
 
     name: str
     bf16_tflops: float
@@ -40,6 +45,7 @@ class HardwareSpec:
     price_usd_per_gpu_hour: float
     compute_efficiency_default: float
     memory_efficiency_default: float
+    gpus_per_node: int = 8  # GPUs joined by link_gbps_per_dir: the largest tensor-parallel group
     tdp_w: float | None = None
     aliases: tuple[str, ...] = ()
 
@@ -84,7 +90,10 @@ def _parse(name: str, entry: dict[str, Any]) -> HardwareSpec:
     tdp = entry.get("tdp_w", {}).get("value")
     if tdp is not None:
         tdp = _positive(tdp, "tdp_w", name)
-    return HardwareSpec(name=name, tdp_w=tdp, aliases=tuple(entry.get("aliases", ())), **v)
+    per_node = _positive(_value(entry, "gpus_per_node", name), "gpus_per_node", name)
+    if not isinstance(per_node, int):
+        raise ValueError(f"{_FILE}: {name}.gpus_per_node must be an integer")
+    return HardwareSpec(name=name, tdp_w=tdp, gpus_per_node=per_node, aliases=tuple(entry.get("aliases", ())), **v)
 
 
 @lru_cache(maxsize=1)

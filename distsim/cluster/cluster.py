@@ -21,7 +21,7 @@ from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.engine.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.engine.rng import stream
-from distsim.errors import ConfigError, SimulationError
+from distsim.errors import ConfigError, SimulationError, warn_config
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
 from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext, load_builtin_policies
@@ -122,6 +122,12 @@ class Cluster:
         else:
             self.entry_view, self.router = group(np.arange(n), "router")
             self.decode_view = self.decode_router = None
+        if getattr(self.router, "uses_prefix_index", False) and not any(inst.caching for inst in self.instances):
+            warn_config(
+                "policy.routing.kind",
+                f"{routing.kind} routes on prefix-cache hits, but cluster.engine.enable_prefix_caching is false: "
+                "no instance caches a prefix, so its prefix scores only concentrate load",
+            )
         self.admission = ADMISSIONS.get(policy_cfg.admission.kind)(
             policy_cfg.admission, PolicyContext(self.entry_view.n, stream(seed, "admission"), seed, ctx_extra)
         )

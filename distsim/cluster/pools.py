@@ -7,12 +7,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from distsim.cluster.footprint import check_instances_fit
 from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel, build_latency_model
 from distsim.instance.queues import QUEUES
 
 ROLES = ("mixed", "prefill", "decode")
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)  # vLLM's --block-size choices
 
 
 @dataclass
@@ -42,7 +44,8 @@ def _check_engine(engine: Any, key: str) -> None:
         f"must be >= max_num_seqs ({engine.max_num_seqs}), as vLLM requires",
         engine.max_num_batched_tokens,
     )
-    need(engine.block_size >= 1, "block_size", "must be >= 1", engine.block_size)
+    need(engine.block_size in BLOCK_SIZES, "block_size", f"must be one of {', '.join(map(str, BLOCK_SIZES))}, as vLLM allows", engine.block_size)
+    need(engine.max_model_len is None or engine.max_model_len >= 1, "max_model_len", "must be >= 1 or null", engine.max_model_len)
     need(0.0 < engine.gpu_memory_utilization <= 1.0, "gpu_memory_utilization", "must be in (0, 1]", engine.gpu_memory_utilization)
     need(
         0.0 <= engine.activation_reserve_fraction < 1.0,
@@ -52,6 +55,21 @@ def _check_engine(engine: Any, key: str) -> None:
     )
     need(engine.total_kv_blocks is None or engine.total_kv_blocks >= 1, "total_kv_blocks", "must be >= 1 or null", engine.total_kv_blocks)
     need(engine.scheduler in QUEUES, "scheduler", f"must be one of {', '.join(sorted(QUEUES))}", engine.scheduler)
+
+
+def _check_tp_within_node(tp: int, hardware: Any, gpus_per_node: int | None, engine_key: str) -> None:
+    """Tensor parallelism stays inside one node's GPU link (NVLink or PCIe): the step model costs the
+    all-reduce on that link only, so a TP group that would cross the network is refused."""
+    if gpus_per_node is not None and gpus_per_node < 1:
+        raise ConfigError("cluster.gpus_per_node", f"must be >= 1 or null (got {gpus_per_node})")
+    per_node = gpus_per_node or hardware.gpus_per_node
+    if tp > per_node:
+        raise ConfigError(
+            f"{engine_key}.tensor_parallel_size",
+            f"{tp} GPUs do not fit in one {hardware.name} node ({per_node} GPUs joined by its "
+            f"{hardware.link_gbps_per_dir:g} GB/s link); tensor parallelism across nodes is not modelled: "
+            "use more instances, or set cluster.gpus_per_node if your nodes join more GPUs (e.g. 72 for GB200 NVL72)",
+        )
 
 
 def _merged(base: Any, overrides: Any, key: str) -> DictConfig:
@@ -80,6 +98,7 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
         raw_pools = list(cluster.pools)
         keys = [f"cluster.pools[{i}]" for i in range(len(raw_pools))]
 
+    check_instances_fit(sum(int(raw["count"]) for raw in raw_pools), "cluster.pools" if cluster.pools else "cluster.instances")
     pools = []
     names = set()
     for raw, key in zip(raw_pools, keys):
@@ -97,6 +116,7 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
         _check_engine(engine, engine_key)
         hardware = load_hardware(raw.get("hardware") or cluster.hardware)
         tp = engine.tensor_parallel_size
+        _check_tp_within_node(tp, hardware, cluster.gpus_per_node, engine_key)
         total_blocks = engine.total_kv_blocks
         if total_blocks is None:
             total_blocks = derive_total_kv_blocks(model, hardware, engine, key_prefix=engine_key)

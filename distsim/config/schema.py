@@ -22,6 +22,7 @@ class EngineConfig:
     """vLLM engine settings, with vLLM's names."""
 
     tensor_parallel_size: int = 1
+    max_model_len: int | None = None  # longest prompt + output served (null: the model's context length)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     block_size: int = 16
@@ -78,6 +79,7 @@ class ClusterConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     pools: list[PoolConfig] | None = None
+    gpus_per_node: int | None = None  # GPUs one node joins by NVLink (null: the hardware's, 8); caps TP
     kv_transfer: KVTransferConfig = field(default_factory=lambda: KVTransferConfig())
 
 

@@ -116,7 +116,8 @@ def summarize(
             "rejected": rejected,
             "completed": len(completed),
             "dropped": int((status == "dropped").sum()),
-            "preempted": int((requests["preemptions"] > 0).sum()),
+            "preempted": int((requests["preemptions"] > 0).sum()),  # requests preempted at least once
+            "preemptions": int(requests["preemptions"].sum()),  # preemption events (as the parquet files count)
             "unfinished": int((status == "unfinished").sum()),
         },
         "ttft_ms": distribution(completed["ttft_ms"].to_numpy()),

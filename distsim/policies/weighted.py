@@ -43,6 +43,7 @@ class Weighted(Router):
             raise ConfigError("policy.routing.scorers", "weights must not all be zero")
         items = sorted((name, w) for name, w in weights.items() if w > 0)
         self.scorers = [(SCORERS.get(name)(cfg), w / total) for name, w in items]
+        self.uses_prefix_index = any(name == "prefix_affinity" for name, _ in items)
         self.reads_signals = any(s.reads_signals for s, _ in self.scorers)
 
     def route(self, req, view) -> int:

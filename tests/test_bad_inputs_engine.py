@@ -1,0 +1,82 @@
+"""Limits a real engine has, config contradictions and counts that say what they count.
+
+Each mistake stops before the first event with one line naming the key (exit 2 on the command line);
+a legal but suspicious config runs with one warning line.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from clikit import assert_user_error, run_module
+
+from distsim import load_config, simulate
+from distsim.cluster import footprint
+from distsim.errors import ConfigError, ConfigWarning
+
+TINY = ["workload.num_requests=40", "cluster.instances=2"]
+
+
+def _config_error(overrides: list[str]) -> str:
+    with pytest.raises(ConfigError) as err:
+        simulate(load_config([*TINY, *overrides]))
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, key, words",
+    [
+        (["cluster.engine.tensor_parallel_size=16"], "cluster.engine.tensor_parallel_size", "one H100 node (8 GPUs"),
+        (["cluster.model=llama-3.1-70b", "cluster.engine.tensor_parallel_size=64"], "cluster.engine.tensor_parallel_size", "64 GPUs"),
+        (["cluster.gpus_per_node=0"], "cluster.gpus_per_node", ">= 1"),
+        (["cluster.engine.block_size=1000000"], "cluster.engine.block_size", "1, 8, 16, 32, 64, 128, 256"),
+        (["cluster.engine.block_size=4"], "cluster.engine.block_size", "as vLLM allows"),
+        (["sim.horizon_s=inf"], "sim.horizon_s", "finite"),
+        (["sim.horizon_s=nan"], "sim.horizon_s", "finite"),
+    ],
+)
+def test_an_engine_limit_is_a_config_error_naming_the_key(overrides, key, words):
+    message = _config_error(overrides)
+    assert key in message and words in message, message
+
+
+def test_tensor_parallelism_beyond_eight_gpus_runs_when_the_nodes_are_declared_larger():
+    cfg = load_config([*TINY, "cluster.model=llama-3.1-70b", "cluster.engine.tensor_parallel_size=16", "cluster.gpus_per_node=72"])
+    assert simulate(cfg).summary["requests"]["completed"] == 40
+
+
+def test_a_fleet_beyond_the_memory_available_is_refused_at_once(monkeypatch):
+    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: 2_000_000_000)
+    message = _config_error(["cluster.instances=1000000"])
+    assert "cluster.instances" in message and "1,000,000 instances" in message and "2.0 GB" in message
+
+
+def test_prefix_aware_routing_with_prefix_caching_off_warns_once_and_runs():
+    cfg = load_config([*TINY, "policy=prefix_affinity", "cluster.engine.enable_prefix_caching=false"])
+    with pytest.warns(ConfigWarning, match="policy.routing.kind: prefix_affinity routes on prefix-cache hits"):
+        result = simulate(cfg)
+    assert result.summary["requests"]["completed"] == 40
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)  # with caching on, or a policy without prefixes: silent
+        simulate(load_config([*TINY, "policy=prefix_affinity"]))
+        simulate(load_config([*TINY, "cluster.engine.enable_prefix_caching=false"]))
+
+
+def test_the_summary_counts_preempted_requests_and_preemption_events_apart():
+    overrides = ["workload=poisson_chat", "cluster.instances=1", "cluster.engine.total_kv_blocks=300",
+                 "workload.num_requests=300", "workload.arrival.rate_rps=50", "cluster.engine.scheduler_reserve_full_isl=false"]
+    result = simulate(load_config(overrides))
+    counts = result.summary["requests"]
+    assert counts["preemptions"] == int(result.requests["preemptions"].sum()) == int(result.instances["preemptions"].sum())
+    assert counts["preempted"] == int((result.requests["preemptions"] > 0).sum())
+    assert 0 < counts["preempted"] < counts["preemptions"]
+
+
+def test_the_command_line_prints_one_line_for_an_engine_limit(tmp_path):
+    proc = run_module("distsim", "cluster.engine.tensor_parallel_size=16", f"hydra.run.dir={tmp_path}")
+    assert_user_error(proc, 2, "cluster.engine.tensor_parallel_size", "H100")
+    proc = run_module("distsim", *TINY, "policy=prefix_affinity", "cluster.engine.enable_prefix_caching=false",
+                      f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0 and "distsim: warning: policy.routing.kind:" in proc.stderr
+    assert "Traceback" not in proc.stderr and "warnings.warn" not in proc.stderr
