@@ -237,6 +237,9 @@ class Cluster:
         """An instance finished (completed or dropped) a request."""
         if req.instance >= 0:
             self.state.outstanding[req.instance] -= 1
+        decode = self._decode_target.pop(req.request_id, None)
+        if decode is not None:  # P/D: refused or dropped by its prefill instance, never sent to decode
+            self.state.outstanding[decode] -= 1
         self.recorder.done(req)
 
     # ------------------------------------------------------------------ P/D hand-off

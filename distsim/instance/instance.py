@@ -57,6 +57,7 @@ class EngineParams:
     enable_prefix_caching: bool = True
     scheduler_reserve_full_isl: bool = True
     scheduler: str = "fcfs"
+    max_model_len: int | None = None  # longest prompt + output accepted; None: no limit
 
 
 class InstanceStats:
@@ -72,6 +73,7 @@ class InstanceStats:
         "completed",
         "handed_off",
         "dropped",
+        "too_long",
         "admitted",
         "cached_tokens",
         "prompt_tokens",
@@ -93,6 +95,7 @@ class InstanceStats:
         self.completed = 0  # requests that finished here (their last token)
         self.handed_off = 0  # P/D prefill side: prompts computed here and passed to a decode instance
         self.dropped = 0
+        self.too_long = 0  # rejected on arrival: prompt + output over max_model_len
         self.admitted = 0
         self.cached_tokens = 0
         self.prompt_tokens = 0
@@ -204,6 +207,14 @@ class Instance:
         """A request arrives at this instance's waiting queue."""
         req.instance = self.index
         req.enqueue_us = now
+        limit = self.params.max_model_len
+        if limit is not None and req.prompt_tokens + req.output_tokens > limit:
+            # vLLM's front end refuses a request whose prompt plus max_tokens exceeds max_model_len
+            req.status = Status.REJECTED
+            req.phase = DONE
+            self.stats.too_long += 1
+            self.on_done(req)
+            return
         if not self.can_ever_fit(req):
             req.status = Status.DROPPED
             req.phase = DONE
