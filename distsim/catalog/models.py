@@ -25,14 +25,16 @@ Conventions (documented because each is a modelling choice):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from distsim.errors import ConfigError, InputFileError
+from distsim import inputs
+from distsim.catalog.fields import MAX_LAYERS, FieldReader
+from distsim.errors import ConfigError
+from distsim.inputs import excerpt
 
 MXFP4_BYTES_PER_PARAM = 4.25 / 8  # OCP MX spec v1.0: 32 x FP4 (4 bit) + one E8M0 scale (8 bit) per block
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
@@ -250,94 +252,78 @@ class ModelSpec:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Read one config.json; a missing file or broken JSON is the user's file error."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(str(path), "no such model config file") from None
-    except OSError as err:
-        raise InputFileError(str(path), f"cannot read: {err.strerror or err}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputFileError(str(path), f"not valid JSON: {err.msg}", err.lineno) from None
-    if not isinstance(data, dict):
-        raise InputFileError(str(path), "expected a JSON object (a HuggingFace config.json)")
-    return data
+    """Read one config.json; a missing, unreadable, non-text or broken file is the user's file error."""
+    return inputs.read_json(path, what="a JSON object (a HuggingFace config.json)")
 
 
-class _Reader:
-    """Typed field access that names the file and the rule in every error."""
-
-    def __init__(self, cfg: dict[str, Any], where: str, key: str):
-        self.cfg, self.where, self.key = cfg, where, key
-
-    def fail(self, rule: str) -> ConfigError:
-        return ConfigError(self.key, f"{self.where}: {rule}")
-
-    def int(self, name: str, default: int | None = None, minimum: int = 1) -> int:
-        value = self.cfg.get(name)
-        if value is None:
-            if default is None:
-                raise self.fail(f"missing required field '{name}'")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(f"'{name}' must be an integer (got {value!r})")
-        if value < minimum:
-            raise self.fail(f"'{name}' must be >= {minimum} (got {value})")
-        return value
-
-    def first_int(self, names: tuple[str, ...], minimum: int = 0) -> int:
-        for name in names:
-            if self.cfg.get(name) is not None:
-                return self.int(name, minimum=minimum)
-        return 0
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
+_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
-def _dtype_bytes(r: _Reader) -> int:
-    name = r.cfg.get("torch_dtype") or r.cfg.get("dtype") or "bfloat16"
+def _dtype_bytes(r: FieldReader) -> int:
+    name = r.same_str(("torch_dtype", "dtype"), "bfloat16")
     if name not in _DTYPE_BYTES:
         raise r.fail(f"unsupported weight dtype '{name}' (known: {', '.join(sorted(_DTYPE_BYTES))})")
     return _DTYPE_BYTES[name]
 
 
-def _expert_weight_bytes(r: _Reader, dtype_bytes: int) -> float:
+def _expert_weight_bytes(r: FieldReader, dtype_bytes: int, experts: int) -> float:
+    """Bytes per routed-expert weight; any quantisation but gpt-oss's MXFP4 experts is refused."""
     quant = r.cfg.get("quantization_config")
-    if not quant:
+    if quant is None:
         return float(dtype_bytes)
-    method = quant.get("quant_method") if isinstance(quant, dict) else None
-    if method == "mxfp4":  # gpt-oss: experts in MXFP4; attention, router, embedding and lm_head stay bf16
+    if not isinstance(quant, dict):
+        raise r.fail(f"'quantization_config' must be an object (got {excerpt(quant)})")
+    method = quant.get("quant_method")
+    if not isinstance(method, str):
+        raise r.fail(f"'quantization_config.quant_method' must name the method (got {excerpt(method)})")
+    if method == "mxfp4" and experts:  # gpt-oss: experts in MXFP4; attention, router, embedding stay bf16
         return MXFP4_BYTES_PER_PARAM
-    raise r.fail(f"quantization method {method!r} is not supported (only unquantised bf16/fp16 and mxfp4)")
+    if method == "mxfp4":
+        raise r.fail(
+            "'quantization_config.quant_method' mxfp4 is supported only for the experts of a mixture-of-experts model"
+        )
+    raise r.fail(
+        f"'quantization_config.quant_method' {excerpt(method)} is not supported "
+        "(only unquantised bfloat16/float16/float32 weights, and mxfp4 experts)"
+    )
 
 
-def _sliding_layers(r: _Reader, num_layers: int) -> tuple[int, int]:
+def _sliding_layers(r: FieldReader, num_layers: int) -> tuple[int, int]:
     """(window, number of sliding-window layers) from the config's conventions."""
-    cfg = r.cfg
-    window = cfg.get("sliding_window")
-    if cfg.get("layer_types"):
-        n = sum(1 for t in cfg["layer_types"] if t == "sliding_attention")
-    elif window and cfg.get("use_sliding_window") is True:  # Qwen2: layers from max_window_layers on
-        n = num_layers - r.int("max_window_layers", default=num_layers, minimum=0)
-    elif window and "use_sliding_window" not in cfg:  # Mistral-style: every layer
+    window = r.int("sliding_window", default=0, minimum=0)
+    # Qwen2 writes use_sliding_window; Mistral-style configs leave it out and slide in every layer
+    use = r.bool("use_sliding_window", default=False) if "use_sliding_window" in r.cfg else None
+    types = r.choice_list("layer_types", num_layers, _LAYER_TYPES)
+    if types is not None:
+        n = sum(1 for t in types if t == "sliding_attention")
+    elif window and use:  # Qwen2: layers from max_window_layers on
+        n = num_layers - r.int("max_window_layers", default=num_layers, minimum=0, maximum=MAX_LAYERS)
+    elif window and use is None:  # Mistral-style: every layer
         n = num_layers
     else:
         n = 0
-    if n == 0:
+    if n <= 0:
         return 0, 0
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    if window < 1:
         raise r.fail(
-            f"'sliding_window' must be a positive integer when sliding layers exist (got {window!r})"
+            f"'sliding_window' must be a positive integer when sliding layers exist (got {excerpt(window)})"
         )
-    return window, max(0, min(n, num_layers))
+    return window, min(n, num_layers)
 
 
-def _moe_layer_count(r: _Reader, num_layers: int, num_experts: int, first_k: int) -> int:
-    if num_experts == 0:
-        return 0
-    dense_only = set(r.cfg.get("mlp_only_layers") or [])
-    step = r.int("decoder_sparse_step", default=1)
-    freq = r.int("moe_layer_freq", default=1)
+def _moe_layer_count(r: FieldReader, num_layers: int, first_k: int) -> int:
+    dense_only = set(
+        r.int_list(
+            "mlp_only_layers",
+            0,
+            num_layers - 1,
+            f"layers count from 0 to num_hidden_layers - 1 = {num_layers - 1}",
+        )
+    )
+    step = r.int("decoder_sparse_step", default=1, maximum=MAX_LAYERS)
+    freq = r.int("moe_layer_freq", default=1, maximum=MAX_LAYERS)
     return sum(
         1
         for i in range(num_layers)
@@ -345,16 +331,30 @@ def _moe_layer_count(r: _Reader, num_layers: int, num_experts: int, first_k: int
     )
 
 
+def _experts(r: FieldReader) -> tuple[int, int]:
+    """(routed experts, experts per token); (0, 0) for a dense model."""
+    e_name, experts = r.same_int(_EXPERT_KEYS)
+    k_name, top_k = r.same_int(_TOP_K_KEYS)
+    if top_k and not experts:
+        got = f"'{e_name}' is 0" if e_name else f"no expert count ({', '.join(_EXPERT_KEYS)}) is given"
+        raise r.fail(f"'{k_name}' is {top_k} but {got}: a dense model has no experts per token")
+    if experts and top_k < 1:
+        raise r.fail("a mixture-of-experts model needs num_experts_per_tok >= 1")
+    if top_k > experts:
+        raise r.fail(f"experts per token ({top_k}) exceeds the number of experts ({experts})")
+    return experts, top_k
+
+
 def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = "cluster.model") -> ModelSpec:
     """Validate an HF config dict and derive a :class:`ModelSpec` (``where`` names the file in errors)."""
-    r = _Reader(cfg, where, key)
-    layers = r.int("num_hidden_layers")
+    r = FieldReader(cfg, where, key)
+    layers = r.int("num_hidden_layers", maximum=MAX_LAYERS)
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", default=heads)
     if heads % kv_heads:
         raise r.fail(f"num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})")
-    if cfg.get("head_dim") is not None:
+    if r.has("head_dim"):
         head_dim = r.int("head_dim")
     else:
         if hidden % heads:
@@ -365,22 +365,29 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
     inter = r.int("intermediate_size")
     vocab = r.int("vocab_size")
     dtype = _dtype_bytes(r)
-    model_type = str(cfg.get("model_type", ""))
+    model_type = r.str("model_type", "")
 
-    experts = r.first_int(("num_local_experts", "num_experts", "n_routed_experts"))
-    top_k = r.first_int(("num_experts_per_tok", "experts_per_token", "moe_topk")) if experts else 0
-    if experts and top_k < 1:
-        raise r.fail("a mixture-of-experts model needs num_experts_per_tok >= 1")
-    if top_k > experts:
-        raise r.fail(f"experts per token ({top_k}) exceeds the number of experts ({experts})")
+    experts, top_k = _experts(r)
     moe_inter = r.int("moe_intermediate_size", default=inter) if experts else 0
-    first_k = r.int("first_k_dense_replace", default=0, minimum=0) if experts else 0
+    first_k = (
+        r.int(
+            "first_k_dense_replace",
+            default=0,
+            minimum=0,
+            maximum=layers,
+            why=f"num_hidden_layers is {layers}",
+        )
+        if experts
+        else 0
+    )
     n_shared = r.int("n_shared_experts", default=0, minimum=0) if experts else 0
     shared_inter = n_shared * moe_inter
-    if experts and cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one wide shared expert
-        shared_inter, n_shared = r.int("shared_expert_intermediate_size"), 1
-    moe_layers = _moe_layer_count(r, layers, experts, first_k)
+    wide_shared = r.int("shared_expert_intermediate_size", default=0, minimum=0) if experts else 0
+    if wide_shared:  # Qwen2-MoE: one wide shared expert
+        shared_inter, n_shared = wide_shared, 1
+    moe_layers = _moe_layer_count(r, layers, first_k) if experts else 0
     window, sliding = _sliding_layers(r, layers)
+    expert_bytes = _expert_weight_bytes(r, dtype, experts)
 
     # --- attention parameters per layer
     kv_lora = r.int("kv_lora_rank", default=0, minimum=0)
@@ -407,8 +414,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
             v_head_dim=v_dim,
         )
     else:
-        qkv_bias = bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe")))
-        o_bias = bool(cfg.get("attention_bias", False))
+        qkv_bias = r.bool("attention_bias", default=model_type in ("qwen2", "qwen2_moe"))
+        o_bias = r.bool("attention_bias", default=False)
         q = hidden * heads * head_dim + (heads * head_dim if qkv_bias else 0)
         kv_proj = 2 * (hidden * kv_heads * head_dim + (kv_heads * head_dim if qkv_bias else 0))
         o = heads * head_dim * hidden + (hidden if o_bias else 0)
@@ -419,13 +426,13 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
     layer_replicated = 2 * hidden + qk_norm + attn_replicated
 
     # --- MLP parameters
-    mlp_bias = bool(cfg.get("mlp_bias", False))
+    mlp_bias = r.bool("mlp_bias", default=False)
     dense_mlp = 3 * hidden * inter + ((2 * inter + hidden) if mlp_bias else 0)
     expert = 3 * hidden * moe_inter + ((2 * moe_inter + hidden) if model_type == "gpt_oss" else 0)
     router = hidden * experts + (experts if model_type == "gpt_oss" else 0)
     shared = 3 * hidden * shared_inter
     embed = vocab * hidden
-    tied = bool(cfg.get("tie_word_embeddings", False))
+    tied = r.bool("tie_word_embeddings", default=False)
 
     active_matmul = (
         layers * attn_matmul
@@ -449,7 +456,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         moe_intermediate_size=moe_inter,
         num_moe_layers=moe_layers,
         first_k_dense_replace=first_k,
-        expert_weight_bytes=_expert_weight_bytes(r, dtype) if experts else float(dtype),
+        expert_weight_bytes=expert_bytes,
         sliding_window=window,
         num_sliding_layers=sliding,
         attn_sharded_params=attn_sharded,

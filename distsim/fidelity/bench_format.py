@@ -11,8 +11,6 @@ its arrival. The first request meets an idle engine, so what this misses is its 
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distsim import inputs
 from distsim.errors import InputFileError
+from distsim.fidelity import settings
 from distsim.fidelity.run import EngineSettings, MeasuredRun, request_table
+from distsim.inputs import excerpt
 
 REQUIRED = ("input_toks", "output_toks", "arrival_time", "queued_ts", "first_token_ts", "last_token_ts")
 
@@ -33,52 +34,41 @@ def is_bench_run(path: Path) -> bool:
 def _int_field(row: dict, key: str, path: Path, line: int, minimum: int) -> int:
     value = row[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise InputFileError(path, f"{key} is not an integer ({value!r})", line)
+        raise InputFileError(path, f"{key} is not an integer ({excerpt(value)})", line)
     if value < minimum:
-        raise InputFileError(path, f"{key} must be >= {minimum} (got {value!r})", line)
+        raise InputFileError(path, f"{key} must be >= {minimum} (got {excerpt(value)})", line)
     return int(value)
 
 
 def _time_field(row: dict, key: str, path: Path, line: int) -> float:
     value = row[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputFileError(path, f"{key} is not a finite number of seconds ({value!r})", line)
+        raise InputFileError(path, f"{key} is not a finite number of seconds ({excerpt(value)})", line)
     return float(value)
 
 
 def read_requests_jsonl(path: Path) -> list[dict[str, Any]]:
     """The lines of requests.jsonl, checked: every field present, typed and in order."""
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for line_no, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise InputFileError(path, f"not valid JSON ({err.msg})", line_no) from None
-            if not isinstance(row, dict):
-                raise InputFileError(path, "expected a JSON object", line_no)
-            for key in REQUIRED:
-                if key not in row:
-                    raise InputFileError(path, f"missing field {key!r}", line_no)
-            rec = {
-                "source_id": row.get("request_id", f"line-{line_no}"),
-                "input_tokens": _int_field(row, "input_toks", path, line_no, 1),
-                "output_tokens": _int_field(row, "output_toks", path, line_no, 1),
-                "line": line_no,
-            }
-            for key in ("arrival_time", "queued_ts", "first_token_ts", "last_token_ts"):
-                rec[key] = _time_field(row, key, path, line_no)
-            sched = row.get("scheduled_ts")
-            rec["scheduled_ts"] = (
-                math.nan if sched is None else _time_field(row, "scheduled_ts", path, line_no)
-            )
-            if rec["last_token_ts"] < rec["first_token_ts"]:
-                raise InputFileError(path, "last_token_ts is before first_token_ts", line_no)
-            if rec["first_token_ts"] < rec["queued_ts"]:
-                raise InputFileError(path, "first_token_ts is before queued_ts", line_no)
-            rows.append(rec)
+    for line_no, row in inputs.json_lines(path):
+        for key in REQUIRED:
+            if key not in row:
+                raise InputFileError(path, f"missing field {key!r}", line_no)
+        rec = {
+            "source_id": row.get("request_id", f"line-{line_no}"),
+            "input_tokens": _int_field(row, "input_toks", path, line_no, 1),
+            "output_tokens": _int_field(row, "output_toks", path, line_no, 1),
+            "line": line_no,
+        }
+        for key in ("arrival_time", "queued_ts", "first_token_ts", "last_token_ts"):
+            rec[key] = _time_field(row, key, path, line_no)
+        sched = row.get("scheduled_ts")
+        rec["scheduled_ts"] = math.nan if sched is None else _time_field(row, "scheduled_ts", path, line_no)
+        if rec["last_token_ts"] < rec["first_token_ts"]:
+            raise InputFileError(path, "last_token_ts is before first_token_ts", line_no)
+        if rec["first_token_ts"] < rec["queued_ts"]:
+            raise InputFileError(path, "first_token_ts is before queued_ts", line_no)
+        rows.append(rec)
     if not rows:
         raise InputFileError(path, "no requests in the file")
     return rows
@@ -102,30 +92,36 @@ def align_clocks(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     }
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise InputFileError(path, f"not valid JSON ({err.msg})", err.lineno) from None
-    if not isinstance(data, dict):
-        raise InputFileError(path, "expected a JSON object")
-    return data
-
-
-def _engine_settings(meta: dict[str, Any]) -> EngineSettings:
-    kwargs = meta.get("engine_kwargs") or {}
-    kv = meta.get("kv_cache") or {}
-    sched = ((meta.get("resolved_config") or {}).get("scheduler_config")) or {}
-    return EngineSettings(
-        max_num_seqs=kwargs.get("max_num_seqs"),
-        max_num_batched_tokens=kwargs.get("max_num_batched_tokens"),
-        block_size=kv.get("block_size"),
-        total_kv_blocks=kv.get("num_gpu_blocks"),
-        gpu_memory_utilization=kv.get("gpu_memory_utilization"),
-        enable_prefix_caching=kv.get("enable_prefix_caching"),
-        enable_chunked_prefill=sched.get("enable_chunked_prefill"),
-        scheduler_reserve_full_isl=sched.get("scheduler_reserve_full_isl"),
-        tensor_parallel_size=kwargs.get("tensor_parallel_size"),
+def _engine_settings(meta: dict[str, Any], path: Path) -> EngineSettings:
+    kwargs = settings.section(meta, "engine_kwargs", path)
+    kv = settings.section(meta, "kv_cache", path)
+    resolved = settings.section(meta, "resolved_config", path)
+    sched = settings.section(resolved, "scheduler_config", path, "resolved_config.")
+    return settings.engine_settings(
+        {
+            "max_num_seqs": ("engine_kwargs.max_num_seqs", kwargs.get("max_num_seqs")),
+            "max_num_batched_tokens": (
+                "engine_kwargs.max_num_batched_tokens",
+                kwargs.get("max_num_batched_tokens"),
+            ),
+            "block_size": ("kv_cache.block_size", kv.get("block_size")),
+            "total_kv_blocks": ("kv_cache.num_gpu_blocks", kv.get("num_gpu_blocks")),
+            "gpu_memory_utilization": ("kv_cache.gpu_memory_utilization", kv.get("gpu_memory_utilization")),
+            "enable_prefix_caching": ("kv_cache.enable_prefix_caching", kv.get("enable_prefix_caching")),
+            "enable_chunked_prefill": (
+                "resolved_config.scheduler_config.enable_chunked_prefill",
+                sched.get("enable_chunked_prefill"),
+            ),
+            "scheduler_reserve_full_isl": (
+                "resolved_config.scheduler_config.scheduler_reserve_full_isl",
+                sched.get("scheduler_reserve_full_isl"),
+            ),
+            "tensor_parallel_size": (
+                "engine_kwargs.tensor_parallel_size",
+                kwargs.get("tensor_parallel_size"),
+            ),
+        },
+        path,
     )
 
 
@@ -138,17 +134,18 @@ def _first_instance(cluster: dict[str, Any]) -> dict[str, Any]:
 
 def read_timeseries(path: Path) -> pd.DataFrame:
     """timeseries.csv's running and waiting counts per tick (t in seconds since the first arrival)."""
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
+    with inputs.csv_reader(path, dicts=True) as reader:
         missing = {"t", "running", "waiting"} - set(reader.fieldnames or ())
         if missing:
             raise InputFileError(path, f"missing column(s) {', '.join(sorted(missing))}", 1)
         rows = []
-        for line_no, row in enumerate(reader, start=2):
+        for row in reader:
             try:
                 rows.append((float(row["t"]), float(row["running"]), float(row["waiting"])))
             except (TypeError, ValueError):
-                raise InputFileError(path, "t, running and waiting must be numbers", line_no) from None
+                raise InputFileError(
+                    path, "t, running and waiting must be numbers", reader.line_num
+                ) from None
     return pd.DataFrame(rows, columns=["t_s", "running", "waiting"])
 
 
@@ -166,14 +163,21 @@ def read_bench_run(folder: str | Path) -> MeasuredRun:
         times["first_token_ms"],
         times["completion_ms"],
     )
-    meta = _read_json(folder / "meta.json") if (folder / "meta.json").is_file() else {}
-    cluster = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    meta_path, cluster_path = folder / "meta.json", folder / "config.json"
+    meta = inputs.read_json(meta_path) if meta_path.is_file() else {}
+    cluster = inputs.read_json(cluster_path) if cluster_path.is_file() else {}
     inst = _first_instance(cluster)
-    engine = _engine_settings(meta)
+    engine = _engine_settings(meta, meta_path)
     if engine.tensor_parallel_size is None and isinstance(inst.get("tp_size"), int):
         engine = EngineSettings(**{**engine.__dict__, "tensor_parallel_size": inst["tp_size"]})
-    hardware = (meta.get("hardware") or {}).get("device_name") or inst.get("hardware")
-    model = meta.get("model") or (meta.get("engine_kwargs") or {}).get("model") or inst.get("model_name")
+    device = settings.text(
+        settings.section(meta, "hardware", meta_path), "device_name", meta_path, "hardware."
+    )
+    hardware = device or inst.get("hardware")
+    kwarg_model = settings.text(
+        settings.section(meta, "engine_kwargs", meta_path), "model", meta_path, "engine_kwargs."
+    )
+    model = settings.text(meta, "model", meta_path) or kwarg_model or inst.get("model_name")
     ts_path = folder / "timeseries.csv"
     return MeasuredRun(
         name=folder.name,

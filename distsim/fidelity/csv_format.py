@@ -21,8 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distsim import inputs
 from distsim.errors import InputFileError
+from distsim.fidelity import settings
 from distsim.fidelity.run import EngineSettings, MeasuredRun, request_table
+from distsim.inputs import excerpt
 
 REQUIRED = ("arrival_s", "input_tokens", "output_tokens", "first_token_s", "last_token_s")
 SETTINGS_FILE = "run.json"
@@ -42,27 +45,27 @@ def _number(row: dict[str, str], key: str, path: Path, line: int) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise InputFileError(path, f"{key} is not a number ({text!r})", line) from None
+        raise InputFileError(path, f"{key} is not a number ({excerpt(text)})", line) from None
     if not math.isfinite(value):
-        raise InputFileError(path, f"{key} is not finite ({text!r})", line)
+        raise InputFileError(path, f"{key} is not finite ({excerpt(text)})", line)
     return value
 
 
 def _count(row: dict[str, str], key: str, path: Path, line: int) -> int:
     value = _number(row, key, path, line)
     if value != int(value) or value < 1:
-        raise InputFileError(path, f"{key} must be an integer >= 1 (got {row[key]!r})", line)
+        raise InputFileError(path, f"{key} must be an integer >= 1 (got {excerpt(row[key])})", line)
     return int(value)
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
+    with inputs.csv_reader(path, dicts=True) as reader:
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
         if missing:
             raise InputFileError(path, f"missing column(s) {', '.join(missing)}", 1)
         rows = []
-        for line, row in enumerate(reader, start=2):
+        for row in reader:
+            line = reader.line_num
             if None in row or any(row.get(c) is None for c in REQUIRED):
                 raise InputFileError(path, "wrong number of fields", line)
             rec = {c: _number(row, c, path, line) for c in ("arrival_s", "first_token_s", "last_token_s")}
@@ -70,7 +73,7 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
             rec["output_tokens"] = _count(row, "output_tokens", path, line)
             sched = (row.get("scheduled_s") or "").strip()
             rec["scheduled_s"] = _number(row, "scheduled_s", path, line) if sched else math.nan
-            rec["source_id"] = row.get("request_id") or str(line - 1)
+            rec["source_id"] = row.get("request_id") or str(len(rows) + 1)
             if rec["last_token_s"] < rec["first_token_s"]:
                 raise InputFileError(path, "last_token_s is before first_token_s", line)
             if rec["first_token_s"] < rec["arrival_s"]:
@@ -84,18 +87,17 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 def _read_settings(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise InputFileError(path, f"not valid JSON ({err.msg})", err.lineno) from None
-    if not isinstance(data, dict):
-        raise InputFileError(path, "expected a JSON object")
-    engine = data.get("engine") or {}
+    data = inputs.read_json(path)
+    engine = settings.section(data, "engine", path)
     unknown = set(engine) - set(EngineSettings.__dataclass_fields__)
     if unknown:
         known = ", ".join(EngineSettings.__dataclass_fields__)
-        raise InputFileError(path, f"unknown engine setting {sorted(unknown)[0]!r}; known: {known}")
-    return {"model": data.get("model"), "hardware": data.get("hardware"), "engine": EngineSettings(**engine)}
+        raise InputFileError(path, f"unknown engine setting {excerpt(sorted(unknown)[0])}; known: {known}")
+    return {
+        "model": settings.text(data, "model", path),
+        "hardware": settings.text(data, "hardware", path),
+        "engine": settings.engine_settings({k: (f"engine.{k}", v) for k, v in engine.items()}, path),
+    }
 
 
 def read_csv_run(path: str | Path) -> MeasuredRun:

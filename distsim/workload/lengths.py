@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from distsim import inputs
 from distsim.errors import ConfigError, InputFileError
+from distsim.inputs import excerpt
 from distsim.workload import checks
 from distsim.workload.paths import resolve_path
 
@@ -157,28 +159,26 @@ def _normal(cfg, key, integer, lo, hi):
 @register("empirical")
 def _empirical(cfg, key, integer, lo, hi):
     path = resolve_path(f"{key}.path", cfg.path)
-    try:
-        header = pd.read_csv(path, nrows=0)
-    except Exception as err:  # pandas raises many kinds on a broken file
-        raise InputFileError(path, f"cannot read as CSV: {err}") from None
-    columns = list(header.columns)
+    columns = list(inputs.read_csv_frame(path, nrows=0).columns)
     column = cfg.column
     if column is None:
         if len(columns) != 1:
             raise ConfigError(f"{key}.column", f"required: {path} has columns {', '.join(columns)}")
         column = columns[0]
     if column not in columns:
-        raise ConfigError(f"{key}.column", f"no column {column!r} in {path} (columns: {', '.join(columns)})")
-    raw = pd.read_csv(path, usecols=[column])[column]
+        raise ConfigError(
+            f"{key}.column", f"no column {excerpt(column)} in {path} (columns: {', '.join(columns)})"
+        )
+    raw = inputs.read_csv_frame(path, usecols=[column])[column]
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if len(bad):
         i = int(bad[0])
         raise InputFileError(
-            path, f"column {column!r}: not a non-negative number: {raw.iloc[i]!r}", line=i + 2
+            path, f"column {excerpt(column)}: not a non-negative number: {excerpt(raw.iloc[i])}", line=i + 2
         )
     if len(values) == 0:
-        raise InputFileError(path, f"column {column!r} has no values")
+        raise InputFileError(path, f"column {excerpt(column)} has no values")
     return Empirical(values)
 
 

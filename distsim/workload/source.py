@@ -30,6 +30,10 @@ class WorkloadSource:
     def describe(self) -> dict:
         return {}
 
+    def summary(self) -> dict | None:
+        """What summary.json reports under ``workload`` (None: nothing, so synthetic runs add no key)."""
+        return None
+
 
 KINDS: dict[str, Callable[[DictConfig, int, int], WorkloadSource]] = {}
 

@@ -27,10 +27,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from distsim import inputs
 from distsim.errors import ConfigError, InputFileError
+from distsim.inputs import excerpt
 
 FORMAT = "distsim-latency-profile/1"
 COEFFICIENTS: dict[str, tuple[str, ...]] = {
@@ -75,19 +76,25 @@ def _parse(data: Any, path: Path) -> LatencyProfile:
         raise InputFileError(path, "a latency profile must be an object")
     kind = data.get("kind")
     if kind not in COEFFICIENTS:
-        raise InputFileError(path, f"kind must be one of {', '.join(COEFFICIENTS)} (got {kind!r})")
+        raise InputFileError(path, f"kind must be one of {', '.join(COEFFICIENTS)} (got {excerpt(kind)})")
     coefs = data.get("coefficients")
     if not isinstance(coefs, dict):
         raise InputFileError(path, "missing 'coefficients' object")
     unknown = set(coefs) - set(COEFFICIENTS[kind])
     if unknown:
         raise InputFileError(
-            path, f"unknown {kind} coefficient {sorted(unknown)[0]!r}; known: {', '.join(COEFFICIENTS[kind])}"
+            path,
+            f"unknown {kind} coefficient {excerpt(sorted(unknown)[0])}; known: {', '.join(COEFFICIENTS[kind])}",
         )
     for name, value in coefs.items():
         bad = isinstance(value, bool) or not isinstance(value, (int, float))
         if bad or not math.isfinite(value) or value < 0:
-            raise InputFileError(path, f"coefficient {name!r} must be a finite number >= 0 (got {value!r})")
+            raise InputFileError(
+                path, f"coefficient {name!r} must be a finite number >= 0 (got {excerpt(value)})"
+            )
+    for section in ("fitted_on", "provenance"):
+        if not isinstance(data.get(section) or {}, dict):
+            raise InputFileError(path, f"{section!r} must be an object (got {excerpt(data[section])})")
     return LatencyProfile(
         name=str(data.get("name") or path.stem),
         kind=kind,
@@ -100,14 +107,11 @@ def _parse(data: Any, path: Path) -> LatencyProfile:
 def read_profile(path: str | Path) -> LatencyProfile:
     """A profile file (JSON, or YAML by extension)."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml") else json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputFileError(path, f"not valid JSON ({err.msg})", err.lineno) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise InputFileError(path, "not valid YAML", None if mark is None else mark.line + 1) from None
+    data = (
+        inputs.read_yaml(path)
+        if path.suffix.lower() in (".yaml", ".yml")
+        else inputs.read_json(path, what=None)
+    )
     return _parse(data, path)
 
 

@@ -11,6 +11,7 @@ import datetime as dt
 import re
 
 from distsim.errors import InputFileError
+from distsim.inputs import excerpt
 from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, parse_int
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -22,15 +23,17 @@ def parse_timestamp_ns(text: str, path, line: int) -> int:
     m = _TS.match(text.strip())
     if not m:
         raise InputFileError(
-            path, f"field 'TIMESTAMP': not a timestamp like 2023-11-16 18:17:03.9799600: {text!r}", line
+            path,
+            f"field 'TIMESTAMP': not a timestamp like 2023-11-16 18:17:03.9799600: {excerpt(text)}",
+            line,
         )
     y, mo, d, h, mi, s = (int(m.group(i)) for i in range(1, 7))
     try:
         days = dt.date(y, mo, d).toordinal() - 719163  # date(1970, 1, 1).toordinal()
     except ValueError as err:
-        raise InputFileError(path, f"field 'TIMESTAMP': {err}: {text!r}", line) from None
+        raise InputFileError(path, f"field 'TIMESTAMP': {err}: {excerpt(text)}", line) from None
     if h > 23 or mi > 59 or s > 60:
-        raise InputFileError(path, f"field 'TIMESTAMP': time out of range: {text!r}", line)
+        raise InputFileError(path, f"field 'TIMESTAMP': time out of range: {excerpt(text)}", line)
     frac = (m.group(7) or "").ljust(9, "0")
     ns = ((days * 24 + h) * 60 + mi) * 60 + s
     ns = ns * 1_000_000_000 + int(frac)

@@ -6,8 +6,7 @@ the ids of the prompt's 512-token blocks (equal ids: equal content, and ids form
 
 from __future__ import annotations
 
-import json
-
+from distsim import inputs
 from distsim.errors import InputFileError
 from distsim.workload.traces.rows import TraceReader, TraceRow, parse_int, parse_ns
 
@@ -20,33 +19,21 @@ class MooncakeReader(TraceReader):
 
     def rows(self):
         path = self.path
-        with open(path, encoding="utf-8") as f:
-            for ln, line in enumerate(f, 1):
-                s = line.strip()
-                if not s:
-                    continue
-                try:
-                    obj = json.loads(s)
-                except json.JSONDecodeError as err:
-                    raise InputFileError(
-                        path, f"not valid JSON: {err.msg} (column {err.colno})", ln
-                    ) from None
-                if not isinstance(obj, dict):
-                    raise InputFileError(path, "expected a JSON object", ln)
-                for name in FIELDS:
-                    if name not in obj:
-                        raise InputFileError(path, f"missing field {name!r}", ln)
-                ts = parse_ns(obj["timestamp"], "timestamp", path, ln, 1_000_000)
-                inp = parse_int(obj["input_length"], "input_length", path, ln)
-                out = parse_int(obj["output_length"], "output_length", path, ln)
-                ids = obj["hash_ids"]
-                if not isinstance(ids, list) or not all(type(x) is int for x in ids):
-                    raise InputFileError(path, "field 'hash_ids': must be a list of integers", ln)
-                need = -(-inp // BLOCK_TOKENS)
-                if inp >= 0 and len(ids) != need:
-                    raise InputFileError(
-                        path,
-                        f"field 'hash_ids': {len(ids)} ids, but input_length {inp} needs ceil({inp}/{BLOCK_TOKENS}) = {need}",
-                        ln,
-                    )
-                yield TraceRow(ln, ts, inp, out, ids)
+        for ln, obj in inputs.json_lines(path):
+            for name in FIELDS:
+                if name not in obj:
+                    raise InputFileError(path, f"missing field {name!r}", ln)
+            ts = parse_ns(obj["timestamp"], "timestamp", path, ln, 1_000_000)
+            inp = parse_int(obj["input_length"], "input_length", path, ln)
+            out = parse_int(obj["output_length"], "output_length", path, ln)
+            ids = obj["hash_ids"]
+            if not isinstance(ids, list) or not all(type(x) is int for x in ids):
+                raise InputFileError(path, "field 'hash_ids': must be a list of integers", ln)
+            need = -(-inp // BLOCK_TOKENS)
+            if inp >= 0 and len(ids) != need:
+                raise InputFileError(
+                    path,
+                    f"field 'hash_ids': {len(ids)} ids, but input_length {inp} needs ceil({inp}/{BLOCK_TOKENS}) = {need}",
+                    ln,
+                )
+            yield TraceRow(ln, ts, inp, out, ids)

@@ -164,6 +164,16 @@ class TraceSource(WorkloadSource):
     def describe(self) -> dict:
         return dict(self.info)
 
+    def summary(self) -> dict:
+        """Rows replayed and rows the reader skipped (e.g. BurstGPT's failed requests), by reason."""
+        skipped = dict(sorted(self.info["skipped"].items()))
+        return {
+            "format": self.format,
+            "rows": self.info["rows"],
+            "skipped_rows": sum(skipped.values()),
+            "skipped": skipped,
+        }
+
     # -- requests ------------------------------------------------------------------------------
 
     def _arrival_us(self, time_ns: int) -> int:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from distsim.errors import UserError
 from distsim.workload.traces.mooncake import BLOCK_TOKENS, MooncakeReader
 
 
@@ -61,19 +62,33 @@ def hash_id_reuse(path, block_tokens: int = BLOCK_TOKENS) -> Reuse:
     return Reuse(total, reused)
 
 
+USAGE = "usage: python -m distsim.workload.traces.reuse MOONCAKE_JSONL [BLOCK_SIZE]"
+
+
 def main(argv: list[str]) -> int:
+    """Print both reuse figures; a usage or input mistake prints one line on stderr and returns 2."""
     from distsim.workload import build_workload
 
-    if not argv:
-        print("usage: python -m distsim.workload.traces.reuse MOONCAKE_JSONL [BLOCK_SIZE]")
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    if not 1 <= len(argv) <= 2:
+        print(USAGE, file=sys.stderr)
         return 2
     path = argv[0]
-    bs = int(argv[1]) if len(argv) > 1 else 16
-    h = hash_id_reuse(path)
-    src = build_workload(
-        {"kind": "trace", "format": "mooncake", "path": path, "num_requests": None}, seed=0, block_size=bs
-    )
-    b = block_reuse(src, bs)
+    if len(argv) == 2 and not (argv[1].isascii() and argv[1].isdigit() and int(argv[1]) >= 1):
+        print(f"distsim: BLOCK_SIZE must be an integer >= 1 (got {argv[1]!r}); {USAGE}", file=sys.stderr)
+        return 2
+    bs = int(argv[1]) if len(argv) == 2 else 16
+    try:
+        h = hash_id_reuse(path)
+        src = build_workload(
+            {"kind": "trace", "format": "mooncake", "path": path, "num_requests": None}, seed=0, block_size=bs
+        )
+        b = block_reuse(src, bs)
+    except UserError as err:
+        print(f"distsim: {err}", file=sys.stderr)
+        return 2
     print(f"{path}: {h.prompt_tokens} prompt tokens")
     print(f"  hash-id reuse ({BLOCK_TOKENS}-token blocks): {h.fraction:.4f}")
     print(f"  engine-block reuse (block size {bs}): {b.fraction:.4f}")

@@ -6,12 +6,13 @@ Azure's seven fractional digits all convert exactly, so spans read back to the m
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from distsim import inputs
 from distsim.errors import InputFileError
+from distsim.inputs import excerpt
 
 
 @dataclass(slots=True)
@@ -46,13 +47,13 @@ _DECIMAL = re.compile(r"^\s*([+-]?)(\d*)(?:\.(\d*))?\s*$")
 def parse_int(text, field: str, path, line: int) -> int:
     """An integer field; a float with an integral value (``12.0``) is accepted."""
     if isinstance(text, bool):
-        raise InputFileError(path, f"field {field!r}: not an integer: {text!r}", line)
+        raise InputFileError(path, f"field {field!r}: not an integer: {excerpt(text)}", line)
     if isinstance(text, int):
         return text
     if isinstance(text, float):
         if text.is_integer():
             return int(text)
-        raise InputFileError(path, f"field {field!r}: not an integer: {text!r}", line)
+        raise InputFileError(path, f"field {field!r}: not an integer: {excerpt(text)}", line)
     s = str(text).strip()
     try:
         return int(s)
@@ -61,10 +62,10 @@ def parse_int(text, field: str, path, line: int) -> int:
     try:
         x = float(s)
     except ValueError:
-        raise InputFileError(path, f"field {field!r}: not an integer: {text!r}", line) from None
+        raise InputFileError(path, f"field {field!r}: not an integer: {excerpt(text)}", line) from None
     if x.is_integer():
         return int(x)
-    raise InputFileError(path, f"field {field!r}: not an integer: {text!r}", line)
+    raise InputFileError(path, f"field {field!r}: not an integer: {excerpt(text)}", line)
 
 
 def parse_ns(text, field: str, path, line: int, unit_ns: int) -> int:
@@ -73,7 +74,7 @@ def parse_ns(text, field: str, path, line: int, unit_ns: int) -> int:
     Plain decimals convert exactly; other numbers (exponents, JSON floats) through a float.
     """
     if isinstance(text, bool):
-        raise InputFileError(path, f"field {field!r}: not a number: {text!r}", line)
+        raise InputFileError(path, f"field {field!r}: not a number: {excerpt(text)}", line)
     if isinstance(text, int):
         return text * unit_ns
     if not isinstance(text, float):
@@ -90,9 +91,9 @@ def parse_ns(text, field: str, path, line: int, unit_ns: int) -> int:
         try:
             text = float(str(text))
         except ValueError:
-            raise InputFileError(path, f"field {field!r}: not a number: {text!r}", line) from None
+            raise InputFileError(path, f"field {field!r}: not a number: {excerpt(text)}", line) from None
     if text != text or text in (float("inf"), float("-inf")):
-        raise InputFileError(path, f"field {field!r}: not a finite number: {text!r}", line)
+        raise InputFileError(path, f"field {field!r}: not a finite number: {excerpt(text)}", line)
     return round(text * unit_ns)
 
 
@@ -108,8 +109,7 @@ def header_index(header: list[str], required, path) -> dict[str, int]:
 def csv_records(path, required: Sequence[str]) -> Iterator[tuple[int, list[str], dict[str, int]]]:
     """Yield (line number, fields, column index) for every non-blank record of a CSV trace, after
     checking the header names the ``required`` columns and that every record has the header's width."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
+    with inputs.csv_reader(path) as reader:
         header = next(reader, None)
         if header is None:
             return

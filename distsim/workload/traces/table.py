@@ -8,6 +8,7 @@ Empty optional cells mean "none".
 
 from __future__ import annotations
 
+from distsim import inputs
 from distsim.errors import InputFileError
 from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, parse_int, parse_ns
 
@@ -45,14 +46,10 @@ class ParquetReader(TraceReader):
     """Row numbers in messages count data rows from 1."""
 
     def rows(self):
-        import pyarrow.parquet as pq
-
         path = self.path
-        try:
-            pf = pq.ParquetFile(path)
-        except Exception as err:  # pyarrow raises several kinds on a broken file
-            raise InputFileError(path, f"cannot read as Parquet: {err}") from None
-        names = pf.schema_arrow.names
+        pf = inputs.parquet_file(path)
+        with inputs.arrow_errors(path):
+            names = pf.schema_arrow.names
         missing = [c for c in REQUIRED if c not in names]
         if missing:
             raise InputFileError(
@@ -60,8 +57,14 @@ class ParquetReader(TraceReader):
             )
         cols = [c for c in REQUIRED + OPTIONAL if c in names]
         ln = 0
-        for batch in pf.iter_batches(batch_size=4096, columns=cols):
-            data = {c: batch.column(c).to_pylist() for c in cols}
+        with inputs.arrow_errors(path):
+            batches = pf.iter_batches(batch_size=4096, columns=cols)
+        while True:
+            with inputs.arrow_errors(path):
+                batch = next(batches, None)
+                if batch is None:
+                    return
+                data = {c: batch.column(c).to_pylist() for c in cols}
             for i in range(batch.num_rows):
                 ln += 1
                 yield _row(path, ln, lambda name, i=i, data=data: data[name][i] if name in data else None)

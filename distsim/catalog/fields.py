@@ -1,0 +1,113 @@
+"""Typed, bounded access to the fields of a HuggingFace ``config.json``.
+
+Every field the model reader uses goes through :class:`FieldReader`, so a value of the wrong JSON type
+(``"false"`` for a boolean, ``8.0`` for a count), an absurd size or two alias keys that disagree stops
+with one line naming the file and the field, instead of being coerced (``bool("false")`` is true) or
+looped over (a billion layers). The bounds are far above any published model and only keep the
+arithmetic and the per-layer loops small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distsim.errors import ConfigError
+from distsim.inputs import excerpt
+
+MAX_LAYERS = 10_000  # the deepest public models have under 200 layers
+MAX_SIZE = 1 << 24  # widths, head and expert counts, vocabularies: ~100x the largest public model's
+
+
+class FieldReader:
+    """Reads fields of ``cfg``; every error is a ConfigError on ``key`` naming ``where`` (the file)."""
+
+    def __init__(self, cfg: dict[str, Any], where: str, key: str):
+        self.cfg, self.where, self.key = cfg, where, key
+
+    def fail(self, rule: str) -> ConfigError:
+        return ConfigError(self.key, f"{self.where}: {rule}")
+
+    def has(self, name: str) -> bool:
+        """The field is present and not null."""
+        return self.cfg.get(name) is not None
+
+    def int(
+        self, name: str, default: int | None = None, minimum: int = 1, maximum: int = MAX_SIZE, why: str = ""
+    ) -> int:
+        """A JSON integer (not a boolean, not 8.0) in [minimum, maximum]; null or absent: ``default``.
+        ``why`` explains a maximum other than the absolute bounds."""
+        value = self.cfg.get(name)
+        if value is None:
+            if default is None:
+                raise self.fail(f"missing required field '{name}'")
+            return default
+        return self._check_int(name, value, minimum, maximum, why)
+
+    def _check_int(self, label: str, value: Any, minimum: int, maximum: int, why: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"'{label}' must be an integer (got {excerpt(value)})")
+        if value < minimum:
+            raise self.fail(f"'{label}' must be >= {minimum} (got {excerpt(value)})")
+        if value > maximum:
+            why = why or "no real model comes near it"
+            raise self.fail(f"'{label}' must be <= {maximum}: {why} (got {excerpt(value)})")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        """A JSON boolean (``true``/``false``, not ``"false"`` or 0); null or absent: ``default``."""
+        value = self.cfg.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(f"'{name}' must be true or false (got {excerpt(value)})")
+        return value
+
+    def str(self, name: str, default: str) -> str:
+        value = self.cfg.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.fail(f"'{name}' must be a string (got {excerpt(value)})")
+        return value
+
+    def int_list(self, name: str, minimum: int, maximum: int, why: str) -> list[int]:
+        """A list of integers, each in [minimum, maximum]; null or absent: []."""
+        value = self.cfg.get(name)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(f"'{name}' must be a list of integers (got {excerpt(value)})")
+        return [self._check_int(f"{name}[{i}]", v, minimum, maximum, why) for i, v in enumerate(value)]
+
+    def choice_list(self, name: str, length: int, known: tuple[str, ...]) -> list[str] | None:
+        """A list of exactly ``length`` strings from ``known``; null or absent: None."""
+        value = self.cfg.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self.fail(f"'{name}' must be a list of strings (got {excerpt(value)})")
+        if len(value) != length:
+            raise self.fail(f"'{name}' has {len(value)} entries but num_hidden_layers is {length}")
+        for i, v in enumerate(value):
+            if v not in known:
+                raise self.fail(f"'{name}[{i}]' is {excerpt(v)}; supported: {', '.join(known)}")
+        return value
+
+    def same_int(self, names: tuple[str, ...], minimum: int = 0) -> tuple[str | None, int]:
+        """(first present name, value) of alias keys that must agree; (None, 0) when none is present."""
+        found = [(n, self.int(n, minimum=minimum)) for n in names if self.has(n)]
+        for n, v in found[1:]:
+            if v != found[0][1]:
+                first, fv = found[0]
+                raise self.fail(f"'{first}' ({fv}) and '{n}' ({v}) disagree; give one value")
+        return found[0] if found else (None, 0)
+
+    def same_str(self, names: tuple[str, ...], default: str) -> str:
+        """The value of alias string keys that must agree (``default`` when none is present)."""
+        found = [(n, self.str(n, "")) for n in names if self.has(n)]
+        for n, v in found[1:]:
+            if v != found[0][1]:
+                raise self.fail(
+                    f"'{found[0][0]}' ({excerpt(found[0][1])}) and '{n}' ({excerpt(v)}) disagree; give one value"
+                )
+        return found[0][1] if found else default
