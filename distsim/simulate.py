@@ -67,10 +67,12 @@ def simulate(cfg: Any, requests: Iterable[Request] | None = None) -> SimulationR
     cpu0 = time.process_time()
     _check_top(cfg)
     pools = resolve_pools(cfg.cluster)
+    workload_summary = None
     if requests is None:
         from distsim.workload import build_workload
 
         requests = build_workload(cfg.workload, seed=int(cfg.seed), block_size=pools[0].engine.block_size)
+        workload_summary = requests.summary()  # traces: rows read and skipped; None for synthetic
     horizon_us = None if cfg.sim.horizon_s is None else int(round(cfg.sim.horizon_s * 1e6))
     loop = EventLoop(horizon_us)
     slo = cfg.workload.slo
@@ -104,6 +106,8 @@ def simulate(cfg: Any, requests: Iterable[Request] | None = None) -> SimulationR
             "gb": rnd(cluster.transfer_bytes_total / 1e9, 6),
         }
     summary["signals"] = {"scrapes": cluster.board.scrapes}
+    if workload_summary is not None:
+        summary["workload"] = workload_summary
     summary["fitness"] = compute_fitness(summary, cfg.fitness)
     del summary["_derived"]
     wall = time.perf_counter() - wall0
