@@ -240,6 +240,20 @@ def test_folder_fifo_missing_and_unreadable_files(tmp_path):
             inputs.read_json(locked)
 
 
+def test_a_trace_path_that_is_a_folder_or_fifo(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    for name, needle in [(".", "is a folder"), ("fifo", "is not a regular file")]:
+        with pytest.raises(ConfigError) as err:
+            build_trace(tmp_path / name, "csv")
+        assert err.value.key == "workload.path" and needle in str(err.value)
+
+
+def test_a_settings_file_too_large_to_be_one(tmp_path):
+    path = write(tmp_path / "big.json", b"{}" + b" " * 100)
+    with pytest.raises(InputFileError, match="too large"):
+        inputs.read_text(path, max_bytes=64)
+
+
 def test_absurd_json_and_csv(tmp_path):
     deep = write(tmp_path / "deep.json", b"[" * 200_000 + b"]" * 200_000)
     with pytest.raises(InputFileError, match="nested too deeply"):

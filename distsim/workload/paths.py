@@ -38,5 +38,9 @@ def resolve_path(key: str, path) -> Path:
     for c in candidates:
         if c.is_file():
             return c.resolve()
+    for c in candidates:
+        if c.exists():  # a folder, a FIFO, a device: reading it would fail or never end
+            kind = "a folder" if c.is_dir() else "not a regular file"
+            raise ConfigError(key, f"{c} is {kind}; give a file")
     looked = ", ".join(str(c) for c in dict.fromkeys(candidates))
     raise ConfigError(key, f"file not found: {path} (looked in {looked})")
