@@ -53,6 +53,7 @@ class ModelSpec:
     intermediate_size: int
     vocab_size: int
     dtype_bytes: int
+    max_position_embeddings: int = 0  # the context length vLLM derives max_model_len from (0: not given)
     tie_word_embeddings: bool = False
     # Mixture of experts (num_experts == 0: dense)
     num_experts: int = 0
@@ -364,6 +365,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         head_dim = hidden // heads
     inter = r.int("intermediate_size")
     vocab = r.int("vocab_size")
+    context = r.int("max_position_embeddings", default=0, minimum=0)
     dtype = _dtype_bytes(r)
     model_type = r.str("model_type", "")
 
@@ -448,6 +450,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         head_dim=head_dim,
         intermediate_size=inter,
         vocab_size=vocab,
+        max_position_embeddings=context,
         dtype_bytes=dtype,
         tie_word_embeddings=tied,
         num_experts=experts,

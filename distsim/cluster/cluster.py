@@ -293,6 +293,26 @@ class Cluster:
             req.status = Status.UNFINISHED
             self.recorder.done(req)
 
+    def warn_refusals(self) -> None:
+        """One warning line each for requests the engines refused as too long or dropped as never fitting,
+        so a run that lost requests says why."""
+        too_long = sum(inst.stats.too_long for inst in self.instances)
+        if too_long:
+            limits = sorted({inst.params.max_model_len for inst in self.instances if inst.params.max_model_len})
+            warn_config(
+                "cluster.engine.max_model_len",
+                f"{too_long} of {self.arrived} requests have a prompt plus output longer than max_model_len "
+                f"({', '.join(map(str, limits))} tokens) and were rejected, as vLLM rejects them",
+            )
+        dropped = sum(inst.stats.dropped for inst in self.instances)
+        if dropped:
+            tokens = sorted({inst.params.total_kv_blocks * inst.bs for inst in self.instances})
+            warn_config(
+                "cluster.engine.total_kv_blocks",
+                f"{dropped} of {self.arrived} requests were dropped: they can never fit in an instance's KV cache "
+                f"({', '.join(map(str, tokens))} tokens)",
+            )
+
     def check_invariants(self) -> None:
         """Every instance's invariants, and every arrived request in exactly one place: recorded with its
         final status, dispatching, or on one instance (queued, running, or in a P/D hand-off stage);

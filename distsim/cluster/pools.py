@@ -8,7 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from distsim.cluster.footprint import check_instances_fit
-from distsim.errors import ConfigError
+from distsim.errors import ConfigError, warn_config
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel, build_latency_model
 from distsim.instance.queues import QUEUES
@@ -72,6 +72,45 @@ def _check_tp_within_node(tp: int, hardware: Any, gpus_per_node: int | None, eng
         )
 
 
+def _max_model_len(engine: Any, model: Any, engine_key: str) -> int | None:
+    """vLLM's max_model_len: the user's, at most the model's context length, which is the default.
+    Without chunked prefill a whole prompt must fit in one step's token budget, so vLLM refuses a
+    budget below it."""
+    context = model.max_position_embeddings or None
+    limit = engine.max_model_len if engine.max_model_len is not None else context
+    if context is not None and limit > context:
+        raise ConfigError(
+            f"{engine_key}.max_model_len",
+            f"{limit} is longer than {model.name}'s context length ({context} tokens, max_position_embeddings)",
+        )
+    if not engine.enable_chunked_prefill:
+        if limit is None:
+            raise ConfigError(
+                f"{engine_key}.max_model_len",
+                f"must be set when enable_chunked_prefill is false ({model.name} gives no max_position_embeddings)",
+            )
+        if engine.max_num_batched_tokens < limit:
+            raise ConfigError(
+                f"{engine_key}.max_num_batched_tokens",
+                f"{engine.max_num_batched_tokens} is below max_model_len ({limit}) with enable_chunked_prefill=false: "
+                "a prompt must then fit in one step, so vLLM refuses this; raise max_num_batched_tokens, lower "
+                "max_model_len, or enable chunked prefill",
+            )
+    return limit
+
+
+def _warn_if_one_sequence_cannot_fit(params: EngineParams, engine_key: str) -> None:
+    """vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache; distsim runs
+    and drops the requests that can never fit, but says so."""
+    capacity = params.total_kv_blocks * params.block_size
+    if params.max_model_len is not None and params.max_model_len > capacity:
+        warn_config(
+            f"{engine_key}.max_model_len",
+            f"{params.max_model_len} tokens do not fit in the KV cache ({params.total_kv_blocks} blocks, "
+            f"{capacity} tokens): vLLM would refuse to start; requests longer than the cache are dropped",
+        )
+
+
 def _merged(base: Any, overrides: Any, key: str) -> DictConfig:
     overrides = overrides or {}
     keys = overrides.keys() if isinstance(overrides, (dict, DictConfig)) else ()
@@ -120,6 +159,7 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
         total_blocks = engine.total_kv_blocks
         if total_blocks is None:
             total_blocks = derive_total_kv_blocks(model, hardware, engine, key_prefix=engine_key)
+        max_model_len = _max_model_len(engine, model, engine_key)
         params = EngineParams(
             max_num_seqs=engine.max_num_seqs,
             max_num_batched_tokens=engine.max_num_batched_tokens,
@@ -129,7 +169,9 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
             enable_prefix_caching=bool(engine.enable_prefix_caching),
             scheduler_reserve_full_isl=bool(engine.scheduler_reserve_full_isl),
             scheduler=engine.scheduler,
+            max_model_len=max_model_len,
         )
+        _warn_if_one_sequence_cannot_fit(params, engine_key)
         latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp))
         pools.append(PoolSpec(name, raw["count"], raw["role"], hardware, model, tp, params, latency, key))
     block_sizes = {p.engine.block_size for p in pools}

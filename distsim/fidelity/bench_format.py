@@ -104,6 +104,7 @@ def _engine_settings(meta: dict[str, Any], path: Path) -> EngineSettings:
                 "engine_kwargs.max_num_batched_tokens",
                 kwargs.get("max_num_batched_tokens"),
             ),
+            "max_model_len": ("engine_kwargs.max_model_len", kwargs.get("max_model_len")),
             "block_size": ("kv_cache.block_size", kv.get("block_size")),
             "total_kv_blocks": ("kv_cache.num_gpu_blocks", kv.get("num_gpu_blocks")),
             "gpu_memory_utilization": ("kv_cache.gpu_memory_utilization", kv.get("gpu_memory_utilization")),

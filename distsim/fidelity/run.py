@@ -38,6 +38,7 @@ class EngineSettings:
 
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
     block_size: int | None = None
     total_kv_blocks: int | None = None
     gpu_memory_utilization: float | None = None
