@@ -13,8 +13,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from distsim import outputs
+from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError, print_warnings_as_lines
+from distsim.run_dir import exit_if_unwritable
 
 register_schemas()
 print_warnings_as_lines()
@@ -25,16 +28,18 @@ def main(cfg: DictConfig) -> float | None:
     from distsim.report_table import format_summary
     from distsim.simulate import simulate
 
+    out_dir = HydraConfig.get().runtime.output_dir
     try:
+        outputs.prepare_dir(out_dir)  # a bad directory fails now, not after simulating
         result = simulate(cfg)
+        result.write(out_dir, write_requests=bool(cfg.sim.write_requests))
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)
         sys.exit(2)
-    out_dir = HydraConfig.get().runtime.output_dir
-    result.write(out_dir, write_requests=bool(cfg.sim.write_requests))
     print(format_summary(result.summary, out_dir))
     return result.summary["fitness"]
 
 
 if __name__ == "__main__":
+    exit_if_unwritable("distsim", CONF_DIR / "config.yaml")  # before Hydra creates it, with a traceback
     main()

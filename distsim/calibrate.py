@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from distsim import __version__
+from distsim import __version__, outputs
 from distsim.catalog import load_hardware, load_model
 from distsim.errors import UserError
 from distsim.fidelity.fit import FitResult, fit
@@ -28,7 +28,7 @@ from distsim.fidelity.replay import replay_config
 from distsim.fidelity.run import MeasuredRun
 from distsim.fidelity.score import DEFAULT_WEIGHTS, REQUEST_WEIGHT
 from distsim.fidelity.table import format_comparison
-from distsim.instance.latency.profile import LatencyProfile, write_profile
+from distsim.instance.latency.profile import LatencyProfile
 
 
 @dataclass
@@ -57,6 +57,8 @@ def calibrate(
     command: str | None = None,
 ) -> Calibration:
     """Fit ``kind`` to ``runs`` and describe the result as a profile (not yet written)."""
+    if budget < 1:
+        raise UserError(f"calibrate: budget must be at least 1 simulation (got {budget})")
     result = fit(runs, kind, overrides, budget=budget)
     cfg = replay_config(runs[0], overrides)
     hardware = load_hardware(cfg.cluster.hardware).name
@@ -105,6 +107,17 @@ def calibrate(
     return Calibration(result, profile)
 
 
+def _budget(text: str) -> int:
+    """--budget: a whole number of simulations, at least one."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of simulations (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 simulation (got {value})")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m distsim.calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("args", nargs="+", help="run folders or CSV runs, and overrides (key=value)")
@@ -113,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", help="profile file to write (default: ./NAME.json)")
     parser.add_argument("--name", help="profile name (default: HARDWARE-MODEL-KIND)")
-    parser.add_argument("--budget", type=int, default=300, help="simulations per fit (default 300)")
+    parser.add_argument("--budget", type=_budget, default=300, help="simulations per fit (default 300)")
     ns = parser.parse_args(argv)
     overrides = [a for a in ns.args if "=" in a]
     paths = [a for a in ns.args if "=" not in a]
@@ -121,9 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give at least one run")
     command = "python -m distsim.calibrate " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
     try:
+        if ns.out:
+            outputs.prepare_file(ns.out)  # a bad --out fails before the fit, not after it
+        else:
+            outputs.prepare_dir(".")
         runs = [read_run(p) for p in paths]
         cal = calibrate(runs, ns.model, overrides, budget=ns.budget, name=ns.name, command=command)
-        out = write_profile(cal.profile, ns.out or f"{cal.profile.name}.json")
+        out = outputs.write_text(Path(ns.out or f"{cal.profile.name}.json"), cal.profile.to_json())
     except UserError as err:
         print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2

@@ -62,3 +62,21 @@ def print_warnings_as_lines() -> None:
             shown(message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
+
+
+class OutputError(UserError):
+    """An output that cannot be written (a read-only or full disk, a path that is a file). ``path`` is
+    the directory or file that failed."""
+
+    def __init__(self, path: str, message: str):
+        self.path = str(path)
+        self.message = message
+        super().__init__(f"output error: {self.path}: {message}")
+
+
+def os_reason(err: OSError) -> str:
+    """An OSError as a short phrase ("No space left on device"), without the path it repeats."""
+    if err.strerror:
+        return err.strerror
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

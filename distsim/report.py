@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -22,24 +22,47 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
 
-from distsim.errors import UserError  # noqa: E402
+from distsim import outputs  # noqa: E402
+from distsim.errors import InputFileError, UserError  # noqa: E402
 from distsim.runner import store  # noqa: E402
 from distsim.runner.ranking import mean_ci, rank_configs  # noqa: E402
 from distsim.runner.rows import PARAM_PREFIX  # noqa: E402
 
 LATENCIES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E"))
 MAX_CDF_LINES = 8
+REQUESTS_FILE = "requests.parquet"
 COLORS = {"best": "#1b7837", "tied": "#5aae61", "worse": "#b2182b"}
+
+
+RESULTS_COLUMNS = ("job", "overrides", "config", "policy", "status", "error")
+RANKING_COLUMNS = ("config", "label", "n", "fitness_mean", "fitness_ci_low", "fitness_ci_high", "rank", "test")
+
+
+def _read_table(path: Path, read: Callable[[Path], pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
+    """A table the sweep wrote, or InputFileError naming it when it is unreadable or lacks a column."""
+    try:
+        table = read(path)
+    except (OSError, ValueError, pa.ArrowException) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputFileError(path, f"unreadable ({first})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise InputFileError(path, f"not a sweep's table: no column {', '.join(missing)}")
+    return table
 
 
 def load(sweep_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     path = sweep_dir / store.RESULTS_FILE
     if not path.exists():
         raise UserError(f"report: {path} not found (is {sweep_dir} a finished sweep directory?)")
-    results = pd.read_parquet(path)
+    results = _read_table(path, pd.read_parquet, RESULTS_COLUMNS)
     ranking_path = sweep_dir / store.RANKING_FILE
-    ranking = pd.read_csv(ranking_path) if ranking_path.exists() else rank_configs(results)
+    if ranking_path.exists():
+        ranking = _read_table(ranking_path, pd.read_csv, RANKING_COLUMNS)
+    else:
+        ranking = rank_configs(results)
     return results, ranking
 
 
@@ -66,17 +89,21 @@ def plot_fitness(ranking: pd.DataFrame, path: Path) -> None:
     )
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    outputs.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
-def _job_latencies(sweep_dir: Path, jobs: Sequence[int]) -> pd.DataFrame:
+def _job_latencies(sweep_dir: Path, jobs: Sequence[int], missing: list[int]) -> pd.DataFrame:
+    """The completed requests of ``jobs``; jobs without a requests.parquet are added to ``missing``."""
     frames = []
+    columns = ["status", *(k for k, _ in LATENCIES)]
     for job in jobs:
-        path = store.job_dir(sweep_dir, int(job)) / "requests.parquet"
-        if path.exists():
-            frame = pd.read_parquet(path, columns=["status", *(k for k, _ in LATENCIES)])
-            frames.append(frame[frame["status"] == "completed"])
+        path = store.job_dir(sweep_dir, int(job)) / REQUESTS_FILE
+        if not path.exists():
+            missing.append(int(job))
+            continue
+        frame = _read_table(path, lambda p: pd.read_parquet(p, columns=columns), columns)
+        frames.append(frame[frame["status"] == "completed"])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -90,14 +117,18 @@ def cdf_groups(results: pd.DataFrame, ranking: pd.DataFrame) -> pd.Series:
     return ok["config"].map(labels).fillna(ok["config"])
 
 
-def plot_cdfs(sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, path: Path) -> list[str]:
-    """Latency CDFs pooled over each group's jobs; returns the groups drawn."""
+def plot_cdfs(
+    sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, path: Path, missing: list[int]
+) -> list[str]:
+    """Latency CDFs pooled over each group's jobs; returns the groups drawn (none: no file written).
+
+    Ok jobs without a requests.parquet (sim.write_requests=false, or deleted) are added to ``missing``."""
     ok = results[results["status"] == "ok"]
     fig, axes = plt.subplots(1, len(LATENCIES), figsize=(13, 3.8))
     drawn = []
     probs = np.linspace(0, 1, 501)
     for policy, group in ok.groupby(cdf_groups(results, ranking), sort=True):
-        lat = _job_latencies(sweep_dir, group["job"].tolist())
+        lat = _job_latencies(sweep_dir, group["job"].tolist(), missing)
         if lat.empty:
             continue
         drawn.append(str(policy))
@@ -118,8 +149,8 @@ def plot_cdfs(sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, pat
                 ax.set_xscale("log")
     if drawn:
         axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+        fig.tight_layout()
+        outputs.save_figure(fig, path, dpi=120)
     plt.close(fig)
     return drawn
 
@@ -170,7 +201,7 @@ def plot_param(results: pd.DataFrame, param: str, path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Metrics against {param[len(PARAM_PREFIX) :]} (mean over seeds, 95% CI band)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    outputs.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -180,13 +211,34 @@ def _fmt(x: object, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def markdown(sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, images: list[str]) -> str:
+def job_list(jobs: Sequence[int], limit: int = 12) -> str:
+    """"3, 5, 8" or "0, 1, ... and 40 more"."""
+    jobs = sorted(jobs)
+    shown = ", ".join(str(j) for j in jobs[:limit])
+    return shown + (f" and {len(jobs) - limit} more" if len(jobs) > limit else "")
+
+
+def missing_note(missing: Sequence[int], ok: int, drawn: bool) -> str:
+    """What the latency CDFs lack, in one line (empty when nothing is missing)."""
+    if not missing:
+        return ""
+    what = "latency_cdf.png leaves them out" if drawn else "latency_cdf.png is not drawn"
+    return (
+        f"{len(missing)} of {ok} ok jobs have no {REQUESTS_FILE} (run with sim.write_requests=false, or "
+        f"removed): jobs {job_list(missing)}; {what}"
+    )
+
+
+def markdown(
+    sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, images: list[str], note: str = ""
+) -> str:
     ok = int((results["status"] == "ok").sum())
     lines = [
         f"# Sweep report: {sweep_dir.name}",
         "",
         f"{len(results)} jobs, {ok} ok, {len(results) - ok} failed, {ranking['config'].nunique()} configurations.",
         "",
+        *([f"**Latency CDFs:** {note}.", ""] if note else []),
         "## Ranking",
         "",
         "Fitness is the mean over seeds with a 95% t-interval. Each configuration is compared with the best one "
@@ -222,22 +274,27 @@ def markdown(sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, imag
 
 
 def build(sweep_dir: Path, out_dir: Path | None = None) -> Path:
-    """Write the report; returns the path of report.md."""
+    """Write the report; returns the path of report.md. Raises UserError (unreadable inputs, an
+    unwritable output directory); warns on stderr when jobs lack their requests.parquet."""
     results, ranking = load(sweep_dir)
-    out = out_dir or sweep_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    images = []
+    out = outputs.prepare_dir(out_dir or sweep_dir / "report")
+    outputs.remove([out / "fitness.png", out / "latency_cdf.png"])  # an earlier report's, if not redrawn
+    images, missing, drawn = [], [], False
     if (ranking["n"] > 0).any():
         plot_fitness(ranking, out / "fitness.png")
         images.append("fitness.png")
-        if plot_cdfs(sweep_dir, results, ranking, out / "latency_cdf.png"):
+        drawn = bool(plot_cdfs(sweep_dir, results, ranking, out / "latency_cdf.png", missing))
+        if drawn:
             images.append("latency_cdf.png")
     for param in numeric_params(results):
         name = f"param_{param[len(PARAM_PREFIX) :]}.png"
         plot_param(results, param, out / name)
         images.append(name)
+    note = missing_note(missing, int((results["status"] == "ok").sum()), drawn)
+    if note:
+        print(f"distsim.report: warning: {note}", file=sys.stderr)
     path = out / "report.md"
-    store.atomic_write_text(path, markdown(sweep_dir, results, ranking, images))
+    outputs.write_text(path, markdown(sweep_dir, results, ranking, images, note))
     return path
 
 

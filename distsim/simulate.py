@@ -8,12 +8,12 @@ import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from distsim import outputs
 from distsim.cluster.cluster import Cluster
 from distsim.cluster.pools import resolve_pools
 from distsim.engine.loop import EventLoop
@@ -33,16 +33,23 @@ class SimulationResult:
     decisions: pd.DataFrame | None = None  # per routing decision, when policy.trace_decisions is on
 
     def write(self, out_dir: str | os.PathLike, *, write_requests: bool = True) -> None:
-        """summary.json, requests.parquet, instances.parquet and perf.json into ``out_dir``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(summary_json(self.summary))
+        """requests.parquet, instances.parquet, decisions.parquet, perf.json, then summary.json into ``out_dir``.
+
+        Each file is written atomically (distsim.outputs) and summary.json last, after removing an earlier
+        run's, so a complete summary.json means a complete run. Files an earlier run left there that this
+        one does not write are removed, so the directory never mixes two runs. Raises OutputError.
+        """
+        out = outputs.prepare_dir(out_dir)
+        skipped = [] if write_requests else ["requests.parquet"]
+        skipped += [] if self.decisions is not None else ["decisions.parquet"]
+        outputs.remove(out / name for name in ("summary.json", *skipped))
         if write_requests:
-            self.requests.to_parquet(out / "requests.parquet", index=False, engine="pyarrow")
-        self.instances.to_parquet(out / "instances.parquet", index=False, engine="pyarrow")
+            outputs.write_parquet(out / "requests.parquet", self.requests)
+        outputs.write_parquet(out / "instances.parquet", self.instances)
         if self.decisions is not None:
-            self.decisions.to_parquet(out / "decisions.parquet", index=False, engine="pyarrow")
-        (out / "perf.json").write_text(json.dumps(self.perf, indent=2) + "\n")
+            outputs.write_parquet(out / "decisions.parquet", self.decisions)
+        outputs.write_text(out / "perf.json", json.dumps(self.perf, indent=2) + "\n")
+        outputs.write_text(out / "summary.json", summary_json(self.summary))
 
 
 def summary_json(summary: dict[str, Any]) -> str:

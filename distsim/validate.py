@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from distsim import outputs
 from distsim.errors import UserError
 from distsim.fidelity.metrics import MetricComparison, compare, comparison_json
 from distsim.fidelity.readers import read_run
@@ -49,13 +50,12 @@ def validate(run: str | Path | MeasuredRun, overrides: Sequence[str] = ()) -> Va
 
 
 def write_validation(v: Validation, out_dir: str | Path, plots: bool = True) -> list[Path]:
-    """validation.json and (with ``plots``) validation_latency.png and validation_occupancy.png."""
+    """validation.json and (with ``plots``) validation_latency.png and validation_occupancy.png, each
+    written atomically (distsim.outputs). Raises OutputError."""
     from distsim.fidelity.plots import latency_scatter, occupancy_plot
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "validation.json"
-    path.write_text(json.dumps(v.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    out = outputs.prepare_dir(out_dir)
+    path = outputs.write_text(out / "validation.json", json.dumps(v.to_json(), indent=2, allow_nan=False) + "\n")
     files = [path]
     if plots:
         files.append(latency_scatter(v.run, v.result.requests, out / "validation_latency.png"))
@@ -86,10 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="folder for validation.json and the plots (default: the run folder)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNGs")
     args = parser.parse_args(argv)
+    run_path = Path(args.run)
+    out = Path(args.out) if args.out else (run_path if run_path.is_dir() else run_path.parent)
     try:
+        if args.out:  # a bad --out fails before the replay (the run folder is checked once it is read)
+            outputs.prepare_dir(out)
         v = validate(args.run, args.overrides)
-        run_path = Path(args.run)
-        out = Path(args.out) if args.out else (run_path if run_path.is_dir() else run_path.parent)
         files = write_validation(v, out, plots=not args.no_plots)
     except UserError as err:
         print(f"distsim.validate: {err}", file=sys.stderr)

@@ -22,3 +22,6 @@ class RunnerConfig:
     ship_package: bool | None = None  # null: ship distsim via runtime_env py_modules to a remote cluster
     # unless the driver already runs with a working_dir (ray job submit)
     alpha: float = 0.05  # significance level of the paired comparison against the best configuration
+    # a sweep directory holding a different sweep: false refuses it; true deletes that sweep's job
+    # directories and tables first (a directory holding the same sweep is resumed either way)
+    overwrite: bool = False

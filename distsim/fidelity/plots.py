@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from distsim import outputs  # noqa: E402
 from distsim.fidelity.occupancy import occupancy  # noqa: E402
 from distsim.fidelity.run import MeasuredRun  # noqa: E402
 
@@ -36,7 +37,7 @@ def latency_scatter(run: MeasuredRun, simulated: pd.DataFrame, path: Path, title
         ax.set_title(label.split(" ")[0])
     fig.suptitle(title or f"{run.name}: per-request latency, measured vs simulated")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -68,6 +69,6 @@ def occupancy_plot(run: MeasuredRun, simulated: pd.DataFrame, path: Path, title:
         ax.legend(fontsize=8)
     fig.suptitle(title or f"{run.name}: running and waiting requests")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from distsim import outputs
 from distsim.errors import UserError
 from distsim.runner import faults, store
 from distsim.runner.plan import Job
@@ -38,12 +39,9 @@ def derive_config(config_bytes: bytes, job: Job) -> DictConfig:
 
 def _record_config(out: Path, cfg: DictConfig, job: Job) -> None:
     """A .hydra-like record of what ran, as a single run leaves one."""
-    hydra_dir = out / ".hydra"
-    hydra_dir.mkdir(parents=True, exist_ok=True)
-    store.atomic_write_text(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
-    store.atomic_write_text(
-        hydra_dir / "overrides.yaml", yaml.safe_dump(list(job.overrides), default_flow_style=False)
-    )
+    hydra_dir = outputs.prepare_dir(out / ".hydra")
+    outputs.write_text(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+    outputs.write_text(hydra_dir / "overrides.yaml", yaml.safe_dump(list(job.overrides), default_flow_style=False))
 
 
 def _run_info(t0: float) -> dict[str, Any]:
@@ -61,9 +59,8 @@ def execute(
 
     ``run_info`` adds ``run.*`` fields (e.g. the Ray node) to the row."""
     t0 = time.perf_counter()
-    out = store.job_dir(sweep_dir, job.index)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / store.RESULT_FILE).unlink(missing_ok=True)  # a stale marker must not outlive a rerun
+    out = outputs.prepare_dir(store.job_dir(sweep_dir, job.index))
+    outputs.remove([out / store.RESULT_FILE, out / "error.txt"])  # a stale marker must not outlive a rerun
     policy = seed = None
     try:
         cfg = derive_config(config_bytes, job)
@@ -80,7 +77,7 @@ def execute(
     except UserError as err:
         row = failed_row(job, str(err), "user", policy=policy, seed=seed)
     except Exception as err:  # a bug in the simulator: record it, keep the sweep going
-        (out / "error.txt").write_text(traceback.format_exc())
+        outputs.write_text(out / "error.txt", traceback.format_exc())
         row = failed_row(job, f"{type(err).__name__}: {err}", "exception", policy=policy, seed=seed)
     row.update(_run_info(t0))
     row.update(run_info or {})

@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import distsim
+from distsim.errors import ConfigError, os_reason
 
 LOCAL = "local"
+PROBE_TIMEOUT_S = 3.0
 
 
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a submitted job's driver
@@ -61,8 +64,41 @@ def runtime_env_for(address: str | None, ship_package: bool | None) -> dict[str,
     return {"py_modules": [_package_dir()], "excludes": ["**/__pycache__"]}
 
 
+def _host_port(address: str) -> tuple[str, int] | None:
+    """HOST and PORT of "HOST:PORT" or "ray://HOST:PORT"; None for other forms ("auto")."""
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or "/" in target:
+        return None
+    if not port.isdigit():
+        raise ConfigError("runner.address", f"{address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def probe(address: str | None) -> None:
+    """Fail in a moment, naming runner.address, when nothing listens at its HOST:PORT.
+
+    Why: ray.init retries an unreachable address for about 20 s, logging every try, and then raises a
+    ConnectionError traceback. A TCP connect says the same in milliseconds (or PROBE_TIMEOUT_S)."""
+    if address in (None, "", LOCAL):
+        return
+    target = _host_port(address)
+    if target is None:
+        return
+    try:
+        socket.create_connection(target, timeout=PROBE_TIMEOUT_S).close()
+    except OSError as err:
+        raise ConfigError(
+            "runner.address",
+            f"nothing answers at {target[0]}:{target[1]} ({os_reason(err)}); "
+            "start the cluster (ray start --head) or fix the address",
+        ) from None
+
+
 def connect(address: str | None, ship_package: bool | None = None) -> RaySession:
-    """Start a local Ray or join ``address``; reuse a Ray this process already initialised."""
+    """Start a local Ray or join ``address``; reuse a Ray this process already initialised.
+
+    Raises ConfigError (runner.address) when the cluster cannot be reached."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
@@ -76,7 +112,12 @@ def connect(address: str | None, ship_package: bool | None = None) -> RaySession
         if address in (None, "", LOCAL):
             ray.init(address=LOCAL, include_dashboard=False, runtime_env=env, **common)
         else:
-            ray.init(address=address, runtime_env=env, **common)
+            probe(address)
+            try:
+                ray.init(address=address, runtime_env=env, **common)
+            except (ConnectionError, TimeoutError) as err:
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise ConfigError("runner.address", f"cannot join {address!r}: {first}") from None
     resources = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
     return RaySession(address or LOCAL, owned, int(resources.get("CPU", 1)), nodes, shipped)

@@ -3,7 +3,9 @@
 The driver's per-job work is a dictionary look-up, one actor call and one small row: composing (about
 100 ms with Hydra) happens once per distinct configuration, and the seed is set on a copy in the worker.
 Outputs in the sweep directory: results.parquet, ranking.csv and sweep.json (all written atomically),
-plus one directory per job written by the workers.
+plus one directory per job written by the workers. The driver holds the directory for the whole sweep
+(distsim.runner.claim: a lock, and the record of which sweep it holds). On Ctrl-C the tables of the jobs
+that finished are written before SweepInterrupted is raised, so they are never lost.
 """
 
 from __future__ import annotations
@@ -12,20 +14,22 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from distsim.runner import faults, store
+from distsim import outputs
+from distsim.runner import claim, faults, store
 from distsim.runner.compose import Composer, compose_all, compose_key
 from distsim.runner.plan import Job, SweepPlan
 from distsim.runner.pool import ActorPool, DriverTimes, PoolEvents
 from distsim.runner.progress import Progress
 from distsim.runner.ranking import rank_configs
 from distsim.runner.rows import frame
+from distsim.runner.session import connect, probe
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.table import report_text
 
@@ -46,6 +50,21 @@ class SweepOutcome:
     exit_code: int = 0
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep, raised after the tables of the jobs that finished were written."""
+
+    def __init__(self, sweep_dir: Path, finished: int, total: int):
+        self.sweep_dir = sweep_dir
+        self.finished = finished
+        self.total = total
+        done = (
+            f"results of the {finished} of {total} jobs that finished are in {sweep_dir / store.RESULTS_FILE}"
+            if finished
+            else f"no job of {total} finished ({sweep_dir})"
+        )
+        super().__init__(f"sweep interrupted: {done}; run the same command again to resume")
+
+
 def _exit_code(results: pd.DataFrame, strict: bool) -> int:
     failed = results[results["status"] != "ok"]
     if len(results) and len(failed) == len(results):
@@ -61,8 +80,9 @@ def _ray_running() -> bool:
     return ray.is_initialized()
 
 
-def _on_row(progress: Progress) -> Callable[[dict[str, Any]], None]:
+def _on_row(progress: Progress, rows: list[dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
     def on_row(row: dict[str, Any]) -> None:
+        rows.append(row)
         ok = row["status"] == "ok"
         progress.update(ok=int(ok), failed=int(not ok))
         if not ok:
@@ -79,11 +99,12 @@ def _execute(
     settings: RunnerSettings,
     progress: Progress,
     cwd: str,
-) -> tuple[list[dict[str, Any]], int, DriverTimes, int]:
-    """Connect, start the actors, then compose (``make_blobs``) while they boot, and run the jobs."""
-    import ray
+    rows: list[dict[str, Any]],
+) -> tuple[int, DriverTimes, int]:
+    """Connect, start the actors, then compose (``make_blobs``) while they boot, and run the jobs.
 
-    from distsim.runner.session import connect
+    Each finished job's row is appended to ``rows`` at once, so an interrupted sweep keeps them."""
+    import ray
 
     times = DriverTimes()
     t0 = time.perf_counter()
@@ -109,9 +130,9 @@ def _execute(
             f"{session.cpus} CPUs{shipped}) -> {sweep_dir}",
             file=sys.stderr,
         )
-        events = PoolEvents(_on_row(progress), lambda running: progress.update(running=running))
-        rows = pool.run(todo, compose_key, events)
-        return rows, workers, times, pool.replaced
+        events = PoolEvents(_on_row(progress, rows), lambda running: progress.update(running=running))
+        pool.run(todo, compose_key, events)
+        return workers, times, pool.replaced
     finally:
         if pool is not None:
             pool.close()
@@ -125,24 +146,49 @@ def run_sweep(
     settings: RunnerSettings,
     *,
     echo: bool = True,
+    records: Mapping[str, str] | None = None,
 ) -> SweepOutcome:
-    """Run ``plan`` into ``sweep_dir``; see the module docstring.
+    """Run ``plan`` into ``sweep_dir``; see the module docstring. ``records`` are files (name: text) to
+    write into the directory once it is claimed (the sweeper's multirun.yaml).
 
     Without a running Ray every configuration is composed first, so a bad override fails in a second,
     not after Ray's start-up; with Ray already up (the Python API, the search) the actors boot while the
-    driver composes.
+    driver composes. Raises UserError (bad settings, an unreachable runner.address, a directory that is
+    unwritable, in use or holds another sweep) and SweepInterrupted on Ctrl-C, after writing the tables
+    of the jobs that finished.
     """
     settings.validate()
     t_start = time.perf_counter()
     cwd = os.getcwd()  # now: joining a cluster from inside a Ray job may swap the job's working dir
-    sweep_dir = Path(sweep_dir).resolve()
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if not _ray_running():
+        probe(settings.address)  # an unreachable cluster fails in a moment, before the directory is claimed
+    sweep_dir = outputs.prepare_dir(Path(sweep_dir).resolve())
+    with claim.claimed(sweep_dir, [job.overrides_str for job in plan.jobs], overwrite=settings.overwrite):
+        for name, text in (records or {}).items():
+            outputs.write_text(sweep_dir / name, text)
+        return _run_claimed(plan, compose, sweep_dir, settings, echo=echo, t_start=t_start, cwd=cwd)
+
+
+def _previous_rows(plan: SweepPlan, sweep_dir: Path) -> dict[int, dict[str, Any]]:
     previous: dict[int, dict[str, Any]] = {}
-    if settings.resume:
-        for job in plan.jobs:
-            row = store.finished_row(sweep_dir, job.index, job.overrides_str)
-            if row is not None:
-                previous[job.index] = row
+    for job in plan.jobs:
+        row = store.finished_row(sweep_dir, job.index, job.overrides_str)
+        if row is not None:
+            previous[job.index] = row
+    return previous
+
+
+def _run_claimed(
+    plan: SweepPlan,
+    compose: Composer,
+    sweep_dir: Path,
+    settings: RunnerSettings,
+    *,
+    echo: bool,
+    t_start: float,
+    cwd: str,
+) -> SweepOutcome:
+    previous = _previous_rows(plan, sweep_dir) if settings.resume else {}
     todo = [job for job in plan.jobs if job.index not in previous]
     if previous:
         print(
@@ -150,24 +196,31 @@ def run_sweep(
             file=sys.stderr,
         )
     rows, workers, replaced, times = list(previous.values()), 0, 0, DriverTimes()
-    if todo:
-        make_blobs = lambda: compose_all(todo, plan, compose)
-        compose_s = 0.0
-        if not _ray_running():
-            t0 = time.perf_counter()
-            blobs = make_blobs()
-            compose_s = time.perf_counter() - t0
-            make_blobs = lambda: blobs
-        progress = Progress(len(plan.jobs), skipped=len(previous), enabled=settings.progress)
-        new_rows, workers, times, replaced = _execute(todo, make_blobs, sweep_dir, settings, progress, cwd)
-        times.compose_s += compose_s
-        progress.close()
-        rows += new_rows
+    interrupted = False
+    try:
+        if todo:
+            make_blobs = lambda: compose_all(todo, plan, compose)
+            compose_s = 0.0
+            if not _ray_running():
+                t0 = time.perf_counter()
+                blobs = make_blobs()
+                compose_s = time.perf_counter() - t0
+                make_blobs = lambda: blobs
+            progress = Progress(len(plan.jobs), skipped=len(previous), enabled=settings.progress)
+            try:
+                workers, times, replaced = _execute(todo, make_blobs, sweep_dir, settings, progress, cwd, rows)
+            finally:
+                progress.close()
+            times.compose_s += compose_s
+    except KeyboardInterrupt:
+        interrupted = True
+    if interrupted and not rows:
+        raise SweepInterrupted(sweep_dir, 0, len(plan.jobs))
     t0 = time.perf_counter()
     results = frame(rows)
     ranking = rank_configs(results, settings.alpha)
-    store.write_table(sweep_dir / store.RESULTS_FILE, results)
-    store.write_table(sweep_dir / store.RANKING_FILE, ranking)
+    outputs.write_parquet(sweep_dir / store.RESULTS_FILE, results)
+    outputs.write_csv(sweep_dir / store.RANKING_FILE, ranking)
     times.finalize_s = time.perf_counter() - t0
     failed = int((results["status"] != "ok").sum())
     outcome = SweepOutcome(
@@ -184,14 +237,17 @@ def run_sweep(
         replaced,
         _exit_code(results, settings.strict),
     )
-    _write_meta(outcome, plan, settings)
+    _write_meta(outcome, plan, settings, interrupted=interrupted)
+    if interrupted:
+        raise SweepInterrupted(sweep_dir, len(rows), len(plan.jobs))
     if echo:
         print(report_text(outcome, settings.alpha))
     return outcome
 
 
-def _write_meta(outcome: SweepOutcome, plan: SweepPlan, settings: RunnerSettings) -> None:
+def _write_meta(outcome: SweepOutcome, plan: SweepPlan, settings: RunnerSettings, *, interrupted: bool) -> None:
     meta = {
+        "interrupted": interrupted,
         "jobs": outcome.total,
         "configs": len(plan.configs()),
         "swept": list(plan.swept_keys),
@@ -206,4 +262,4 @@ def _write_meta(outcome: SweepOutcome, plan: SweepPlan, settings: RunnerSettings
         "startup_s": round(outcome.times.startup_s, 3),
         "finalize_s": round(outcome.times.finalize_s, 3),
     }
-    store.atomic_write_text(outcome.sweep_dir / store.SWEEP_FILE, json.dumps(meta, indent=2) + "\n")
+    outputs.write_text(outcome.sweep_dir / store.SWEEP_FILE, json.dumps(meta, indent=2) + "\n")

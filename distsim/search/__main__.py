@@ -12,8 +12,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError
+from distsim.run_dir import exit_if_unwritable
 
 register_schemas()
 
@@ -39,6 +41,9 @@ def main(cfg: DictConfig) -> float | None:
     except UserError as err:
         print(f"distsim.search: {err}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as err:  # finished generations are on disk: a rerun resumes them
+        print(f"\ndistsim.search: {err or 'interrupted'}", file=sys.stderr)
+        sys.exit(130)
     finally:
         if session is not None:
             session.shutdown()
@@ -48,4 +53,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    exit_if_unwritable("distsim.search", CONF_DIR / "search.yaml")  # before Hydra creates it, with a traceback
     main()

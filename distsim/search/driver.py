@@ -11,11 +11,14 @@ on from the first unfinished generation.
 
 Outputs in the search directory: candidates.parquet (every candidate, its overrides and its fitness
 per seed), convergence.png, policy/<name>.yaml (the best candidate as a ready policy config),
-holdout.csv (best and built-ins on held-out seeds, ranked with the runner's paired statistics).
+holdout.csv (best and built-ins on held-out seeds, ranked with the runner's paired statistics; their
+sweep is holdout_<digest of the policy file>/). Every file goes through distsim.outputs. A search whose
+first generation has no candidate that ran on every training seed stops there with SearchFailed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +27,9 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
+from distsim import outputs
 from distsim.config.compose import CONF_DIR
-from distsim.errors import ConfigError
+from distsim.errors import ConfigError, UserError
 from distsim.search.optimizer import build_optimizer
 from distsim.search.space import SearchSpace
 
@@ -65,8 +69,7 @@ def run_search(
     and returns the runner's results table; ``base_overrides`` are the user's scenario overrides."""
     _check(cfg)
     s = cfg.search
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = outputs.prepare_dir(out_dir)
     space = SearchSpace(s.space)
     optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed))
     seeds = [int(x) for x in s.train_seeds]
@@ -76,12 +79,16 @@ def run_search(
         generations = min(generations, int(s.budget) // (int(s.population) * len(seeds)))
 
     rows: list[dict[str, Any]] = []
+    any_ok = False
     for gen in range(generations):
         asked = optimizer.ask()
         cand_values = [space.values(point) for _, point in asked]
         configs = [[*base, *SearchSpace.overrides(values)] for values in cand_values]
         results = evaluate(configs, seeds, out / f"gen_{gen:03d}")
         fitness = _fitness_by_config(results, configs, seeds)
+        any_ok = any_ok or any(all(math.isfinite(f) for f in per_seed) for per_seed in fitness)
+        if not any_ok:  # nothing to learn from, and no policy to write: stop now, saying why
+            raise SearchFailed(results)
         told = []
         for i, ((handle, _), values) in enumerate(zip(asked, cand_values)):
             per_seed = fitness[i]
@@ -107,7 +114,7 @@ def run_search(
 
     table = pd.DataFrame(rows)
     table["mean_fitness"] = table.groupby(["generation", "candidate"])["fitness"].transform("mean")
-    table.to_parquet(out / "candidates.parquet", index=False)
+    outputs.write_parquet(out / "candidates.parquet", table)
     best_row = table.sort_values(
         ["mean_fitness", "generation", "candidate"], ascending=[False, True, True]
     ).iloc[0]
@@ -118,10 +125,26 @@ def run_search(
 
     holdout = None
     if s.holdout_seeds:
-        holdout = compare_on_holdout(cfg, out, base_overrides, evaluate, echo=echo)
+        holdout = compare_on_holdout(cfg, out, policy_yaml, base_overrides, evaluate, echo=echo)
     return SearchResult(
         out, table, SearchSpace.overrides(best_values), float(best_row["mean_fitness"]), policy_yaml, holdout
     )
+
+
+class SearchFailed(UserError):
+    """Every candidate so far failed on a training seed: there is no best policy to write."""
+
+    def __init__(self, results: pd.DataFrame):
+        failed = results[results["status"] != "ok"].sort_values("job")
+        if len(failed):
+            first = failed.iloc[0]
+            why = f"first failure, job {first['job']}: {first['error']}"
+        else:
+            why = "no job reported a finite fitness"
+        super().__init__(
+            f"search error: every candidate of the first generation failed on its training seeds, "
+            f"so no policy was written ({why})"
+        )
 
 
 def _fitness_by_config(
@@ -140,19 +163,17 @@ def write_policy(out: Path, name: str, base_policy: str, values: dict[str, Any])
     for key, value in values.items():
         OmegaConf.update(node, key[len("policy.") :], value, force_add=True)
     node.name = name
-    path = out / "policy" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = outputs.prepare_dir(out / "policy") / f"{name}.yaml"
     header = (
         f"# Evolved by python -m distsim.search from policy={base_policy}.\n"
         f"# Run it with: python -m distsim hydra.searchpath=[file://{out.resolve()}] policy={name}\n"
         f"# or copy it into conf/policy/.\n"
     )
-    path.write_text(header + OmegaConf.to_yaml(node))
-    return path
+    return outputs.write_text(path, header + OmegaConf.to_yaml(node))
 
 
 def compare_on_holdout(
-    cfg: Any, out: Path, base_overrides: list[str], evaluate, *, echo: bool
+    cfg: Any, out: Path, policy_yaml: Path, base_overrides: list[str], evaluate, *, echo: bool
 ) -> pd.DataFrame:
     """The evolved policy and every baseline on seeds the search never saw, ranked with paired tests."""
     from distsim.runner.ranking import rank_configs
@@ -162,9 +183,12 @@ def compare_on_holdout(
     searchpath = f"hydra.searchpath=[file://{out.resolve()}]"
     configs = [[*base_overrides, f"policy={s.name}", searchpath, "sim.write_requests=false"]]
     configs += [[*base_overrides, f"policy={b}", "sim.write_requests=false"] for b in s.baselines]
-    results = evaluate(configs, seeds, out / "holdout")
+    # the evolved jobs' overrides name the policy file, not its values: a sweep directory per policy
+    # content, so a rerun whose best changed never resumes the older policy's results
+    digest = hashlib.sha256(policy_yaml.read_bytes()).hexdigest()[:12]
+    results = evaluate(configs, seeds, out / f"holdout_{digest}")
     ranking = rank_configs(results)
-    ranking.to_csv(out / "holdout.csv", index=False)
+    outputs.write_csv(out / "holdout.csv", ranking)
     if echo:
         from distsim.runner.table import format_ranking
 
@@ -191,5 +215,5 @@ def plot_convergence(table: pd.DataFrame, path: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    outputs.save_figure(fig, path, dpi=120)
     plt.close(fig)

@@ -57,16 +57,20 @@ class DistsimSweeper(Sweeper):
         try:
             parser = OverridesParser.create(config_loader=loader)
             plan = plan_sweep([*(f"{k}={v}" for k, v in self.params.items()), *arguments], parser)
-            sweep_dir = Path(str(master.hydra.sweep.dir))
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            OmegaConf.save(master, sweep_dir / "multirun.yaml")
             settings = RunnerSettings.from_node(master.get("runner"))
             outcome = run_sweep(
-                plan, lambda ovs: loader.load_sweep_config(master, list(ovs)), sweep_dir, settings
+                plan,
+                lambda ovs: loader.load_sweep_config(master, list(ovs)),
+                Path(str(master.hydra.sweep.dir)),
+                settings,
+                records={"multirun.yaml": OmegaConf.to_yaml(master)},
             )
         except UserError as err:
             print(f"distsim: {err}", file=sys.stderr)
             sys.exit(2)
+        except KeyboardInterrupt as err:  # SweepInterrupted: the finished jobs' tables are written
+            print(f"\ndistsim: {err or 'interrupted'}", file=sys.stderr)
+            sys.exit(130)
         if outcome.exit_code:
             sys.exit(outcome.exit_code)
         return outcome
