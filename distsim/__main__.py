@@ -36,6 +36,9 @@ def main(cfg: DictConfig) -> float | None:
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)
         sys.exit(2)
+    except MemoryError:
+        print("distsim: out of memory while simulating: fewer instances or requests, or a machine with more memory", file=sys.stderr)
+        sys.exit(1)
     print(format_summary(result.summary, out_dir))
     return result.summary["fitness"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import time
@@ -60,8 +61,8 @@ def _check_top(cfg: Any) -> None:
     if cfg.seed is None or cfg.seed < 0:
         raise ConfigError("seed", f"must be an integer >= 0 (got {cfg.seed!r})")
     h = cfg.sim.horizon_s
-    if h is not None and not h > 0:
-        raise ConfigError("sim.horizon_s", f"must be > 0 or null (got {h!r})")
+    if h is not None and not (h > 0 and math.isfinite(h)):
+        raise ConfigError("sim.horizon_s", f"must be a finite number > 0, or null for no horizon (got {h!r})")
 
 
 def simulate(cfg: Any, requests: Iterable[Request] | None = None) -> SimulationResult:
@@ -98,6 +99,7 @@ def simulate(cfg: Any, requests: Iterable[Request] | None = None) -> SimulationR
     cluster.feed(requests)
     end_us = loop.run()
     cluster.finish(horizon_us)
+    cluster.warn_refusals()
 
     table = recorder.table()
     instances = instance_table(cluster)
@@ -158,6 +160,7 @@ def instance_table(cluster: Cluster) -> pd.DataFrame:
                 "completed": s.completed,
                 "handed_off": s.handed_off,
                 "dropped": s.dropped,
+                "too_long": s.too_long,
                 "cached_tokens": s.cached_tokens,
                 "prompt_tokens": s.prompt_tokens,
             }

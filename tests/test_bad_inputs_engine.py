@@ -6,6 +6,7 @@ a legal but suspicious config runs with one warning line.
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -80,3 +81,57 @@ def test_the_command_line_prints_one_line_for_an_engine_limit(tmp_path):
                       f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0 and "distsim: warning: policy.routing.kind:" in proc.stderr
     assert "Traceback" not in proc.stderr and "warnings.warn" not in proc.stderr
+
+
+def _mooncake(tmp_path, lengths: list[int]) -> str:
+    path = tmp_path / "trace.jsonl"
+    rows = [{"timestamp": 10 * i, "input_length": n, "output_length": 50, "hash_ids": list(range(i * 1000, i * 1000 + -(-n // 512)))}
+            for i, n in enumerate(lengths)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_a_prompt_beyond_the_context_length_is_rejected_as_vllm_does(tmp_path):
+    trace = _mooncake(tmp_path, [1000, 200_000, 2000])
+    cfg = load_config(["workload.kind=trace", "workload.format=mooncake", f"workload.path={trace}"])
+    with pytest.warns(ConfigWarning, match=r"cluster.engine.max_model_len: 1 of 3 requests .* \(131072 tokens\)"):
+        result = simulate(cfg)
+    status = result.requests.set_index("input_tokens")["status"]
+    assert status[200_000] == "rejected" and status[1000] == status[2000] == "completed"
+    counts = result.summary["requests"]
+    assert counts["too_long"] == 1 and counts["rejected"] == 1 and counts["admitted"] == 2
+
+
+def test_max_model_len_is_the_limit_and_may_not_exceed_the_models_context(tmp_path):
+    trace = _mooncake(tmp_path, [1000, 3000])
+    cfg = load_config(["workload.kind=trace", "workload.format=mooncake", f"workload.path={trace}",
+                       "cluster.engine.max_model_len=2048"])
+    with pytest.warns(ConfigWarning):
+        assert simulate(cfg).summary["requests"]["too_long"] == 1
+    assert "context length (131072 tokens" in _config_error(["cluster.engine.max_model_len=200000"])
+
+
+def test_a_shared_prefix_beyond_the_context_length_rejects_every_request_that_uses_it():
+    overrides = [*TINY, "workload=prefix_heavy", "workload.num_requests=40", "workload.prefix.tokens=200000"]
+    with pytest.warns(ConfigWarning, match="max_model_len"):
+        result = simulate(load_config(overrides))
+    with_prefix = result.requests["input_tokens"] > 131072
+    assert with_prefix.any() and (result.requests.loc[with_prefix, "status"] == "rejected").all()
+    assert result.summary["requests"]["too_long"] == int(with_prefix.sum())
+
+
+def test_chunked_prefill_off_needs_a_budget_that_holds_the_longest_prompt():
+    message = _config_error(["cluster.engine.enable_chunked_prefill=false"])
+    assert "cluster.engine.max_num_batched_tokens" in message and "max_model_len (131072)" in message
+    cfg = load_config([*TINY, "cluster.engine.enable_chunked_prefill=false", "cluster.engine.max_model_len=2048"])
+    assert simulate(cfg).summary["requests"]["completed"] == 40
+
+
+def test_a_kv_cache_smaller_than_one_sequence_warns_and_dropped_requests_are_explained():
+    cfg = load_config([*TINY, "cluster.engine.total_kv_blocks=20", "workload=poisson_chat"])
+    with pytest.warns(ConfigWarning) as record:
+        result = simulate(cfg)
+    messages = [str(w.message) for w in record]
+    assert any("vLLM would refuse to start" in m for m in messages)
+    dropped = result.summary["requests"]["dropped"]
+    assert dropped > 0 and any(f"{dropped} of 40 requests were dropped" in m for m in messages)

@@ -116,6 +116,7 @@ def summarize(
             "rejected": rejected,
             "completed": len(completed),
             "dropped": int((status == "dropped").sum()),
+            "too_long": int(instances["too_long"].sum()),  # of the rejected: prompt + output over max_model_len
             "preempted": int((requests["preemptions"] > 0).sum()),  # requests preempted at least once
             "preemptions": int(requests["preemptions"].sum()),  # preemption events (as the parquet files count)
             "unfinished": int((status == "unfinished").sum()),

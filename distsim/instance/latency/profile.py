@@ -29,7 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from distsim import inputs
+from distsim import inputs, outputs
 from distsim.errors import ConfigError, InputFileError
 from distsim.inputs import excerpt
 
@@ -116,10 +116,8 @@ def read_profile(path: str | Path) -> LatencyProfile:
 
 
 def write_profile(profile: LatencyProfile, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(profile.to_json(), encoding="utf-8")
-    return path
+    """Write the profile atomically (distsim.outputs); raises OutputError naming the path."""
+    return outputs.write_text(outputs.prepare_file(path), profile.to_json())
 
 
 def load_profile(name_or_path: str, key: str = "cluster.latency.profile") -> LatencyProfile:

@@ -1,0 +1,73 @@
+"""Every option of every config group composes and runs, and gives the recorded results.
+
+Each option (a file under conf/cluster, conf/workload, conf/signals, conf/policy, conf/fitness) runs
+with the defaults for the other groups on a few hundred requests. The digests in
+tests/golden/config_options.json pin summary.json and the request and instance tables, so a refactor
+that must not change results is checked option by option. Digests are of the content (the summary's
+JSON text, pandas' row hashes with column names and dtypes), not of parquet bytes, which carry the
+pyarrow version. After an intended change of results, regenerate with
+``DISTSIM_WRITE_GOLDEN=1 pytest tests/test_every_config_option.py`` and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from distsim import load_config, simulate
+from distsim.simulate import summary_json
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden" / "config_options.json"
+GROUPS = ("cluster", "workload", "signals", "policy", "fitness")
+SIZE = {"workload.num_requests": 300}  # synthetic workloads
+TRACE_SIZE = {"workload.max_rows": 300}
+
+
+def options() -> list[tuple[str, str]]:
+    return [(group, path.stem) for group in GROUPS for path in sorted((ROOT / "conf" / group).glob("*.yaml"))]
+
+
+def _frame_digest(frame: pd.DataFrame) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([[c, str(t)] for c, t in frame.dtypes.items()]).encode())
+    h.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
+    return h.hexdigest()
+
+
+def run_option(group: str, name: str) -> dict[str, str]:
+    cfg = load_config([f"{group}={name}"])
+    size = TRACE_SIZE if cfg.workload.kind == "trace" else SIZE
+    cfg = load_config([f"{group}={name}", *(f"{k}={v}" for k, v in size.items())])
+    result = simulate(cfg)
+    return {
+        "summary": hashlib.sha256(summary_json(result.summary).encode()).hexdigest(),
+        "requests": _frame_digest(result.requests),
+        "instances": _frame_digest(result.instances),
+        "arrived": str(result.summary["requests"]["arrived"]),
+    }
+
+
+def _golden() -> dict:
+    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+
+
+@pytest.mark.parametrize("group, name", options(), ids=[f"{g}={n}" for g, n in options()])
+def test_the_option_runs_and_gives_the_recorded_results(group, name):
+    digest = run_option(group, name)
+    assert int(digest["arrived"]) > 0
+    key = f"{group}={name}"
+    if os.environ.get("DISTSIM_WRITE_GOLDEN"):
+        data = _golden()
+        data[key] = digest
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+        return
+    recorded = _golden().get(key)
+    assert recorded is not None, f"no golden digest for {key}: regenerate (see the module docstring)"
+    assert digest == recorded, key
