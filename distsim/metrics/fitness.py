@@ -21,7 +21,8 @@ from distsim.errors import ConfigError
 from distsim.metrics.summary import rnd
 from distsim.registry import Registry
 
-FITNESS: Registry = Registry("fitness form", "fitness.kind")
+# forms live in this module; naming it keeps discovery uniform across families
+FITNESS: Registry[Callable[[dict[str, Any], Any], float]] = Registry("fitness form", "fitness.kind", __name__)
 
 
 @FITNESS.register("goodput")

@@ -6,14 +6,12 @@ never reach into an instance. A policy draws randomness only from its own stream
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from distsim.registry import Registry
+from distsim.policies.registry import ADMISSIONS, ROUTERS
 from distsim.request import Request
 
 
@@ -49,19 +47,7 @@ class Admission:
         raise NotImplementedError
 
 
-ROUTERS: Registry[type[Router]] = Registry("routing policy", "policy.routing.kind")
-ADMISSIONS: Registry[type[Admission]] = Registry("admission policy", "policy.admission.kind")
-
-_loaded = False
-
-
 def load_builtin_policies() -> None:
-    """Import every module under distsim.policies so their registrations run."""
-    global _loaded
-    if _loaded:
-        return
-    import distsim.policies as pkg
-
-    for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
-        importlib.import_module(mod.name)
-    _loaded = True
+    """Kept for callers from before discovery: the registries now import their members on first lookup."""
+    ROUTERS.discover()
+    ADMISSIONS.discover()

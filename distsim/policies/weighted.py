@@ -5,9 +5,7 @@ candidates, so a decision costs a few array operations whatever the cluster size
 
 from __future__ import annotations
 
-import importlib
 import math
-import pkgutil
 
 import numpy as np
 
@@ -19,20 +17,12 @@ from distsim.policies.scorers import SCORERS
 DEFAULT_WEIGHTS = {"prefix_affinity": 3.0, "queue_depth": 2.0, "kv_utilization": 2.0}
 
 
-def _load_scorers() -> None:
-    import distsim.policies.scorers as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{pkg.__name__}.{mod.name}")
-
-
 @ROUTERS.register("weighted")
 class Weighted(Router):
     uses_prefix_index = True
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        _load_scorers()
         weights = dict(cfg.scorers) if getattr(cfg, "scorers", None) else dict(DEFAULT_WEIGHTS)
         for name, w in weights.items():
             SCORERS.get(name)  # unknown names list the known ones

@@ -1,4 +1,4 @@
-"""Arrival processes (a registry by ``workload.arrival.process``).
+"""Arrival processes (registered by ``workload.arrival.process`` in arrival_processes.py).
 
 Each process is an object that hands out absolute arrival times in blocks, continuing where the last
 block ended. Times are float64 seconds accumulated from t = 0 (cumulative sums carried across blocks)
@@ -8,12 +8,11 @@ and rounded to integer microseconds only once, by the caller: rounding each gap 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from distsim.errors import ConfigError
 from distsim.workload import checks
+from distsim.workload.arrival_processes import PROCESSES
 
 
 class ArrivalProcess:
@@ -25,17 +24,6 @@ class ArrivalProcess:
     def mean_rate(self) -> float:
         """The long-run arrival rate in requests per second."""
         raise NotImplementedError  # pragma: no cover
-
-
-PROCESSES: dict[str, Callable[[object, str, np.random.Generator], ArrivalProcess]] = {}
-
-
-def register(name: str):
-    def deco(builder):
-        PROCESSES[name] = builder
-        return builder
-
-    return deco
 
 
 def _rate(cfg, key: str) -> float:
@@ -192,23 +180,23 @@ class Schedule(ArrivalProcess):
         return float(self._rates[-1])
 
 
-@register("poisson")
+@PROCESSES.register("poisson")
 def _poisson(cfg, key, rng):
     return Poisson(rng, _rate(cfg, key))
 
 
-@register("gamma")
+@PROCESSES.register("gamma")
 def _gamma(cfg, key, rng):
     cv = checks.positive(f"{key}.cv", checks.required(f"{key}.cv", cfg.cv, "for process=gamma"))
     return Gamma(rng, _rate(cfg, key), cv)
 
 
-@register("constant")
+@PROCESSES.register("constant")
 def _constant(cfg, key, rng):
     return Constant(_rate(cfg, key))
 
 
-@register("mmpp")
+@PROCESSES.register("mmpp")
 def _mmpp(cfg, key, rng):
     rates = checks.number_list(
         f"{key}.rates_rps", checks.required(f"{key}.rates_rps", cfg.rates_rps, "for process=mmpp")
@@ -225,7 +213,7 @@ def _mmpp(cfg, key, rng):
     return MMPP(rng, rates, dwell)
 
 
-@register("schedule")
+@PROCESSES.register("schedule")
 def _schedule(cfg, key, rng):
     rates = checks.number_list(
         f"{key}.rates_rps", checks.required(f"{key}.rates_rps", cfg.rates_rps, "for process=schedule")
@@ -247,5 +235,4 @@ def _schedule(cfg, key, rng):
 
 def build_arrivals(cfg, key: str, rng: np.random.Generator) -> ArrivalProcess:
     """The arrival process ``cfg`` (the ``workload.arrival`` node) describes, drawing from ``rng``."""
-    checks.choice(f"{key}.process", cfg.process, PROCESSES)
-    return PROCESSES[cfg.process](cfg, key, rng)
+    return PROCESSES.get(cfg.process, f"{key}.process")(cfg, key, rng)

@@ -1,4 +1,4 @@
-"""Distributions for token lengths, session turn counts and think times (a registry by ``dist`` name).
+"""Distributions for token lengths, session turn counts and think times (registry: length_dists.py).
 
 A :class:`Sampler` wraps a distribution with the config's ``min``/``max`` clamps. Integer samplers
 (token lengths, turns) round to the nearest integer and never go below 1; float samplers (think times)
@@ -8,7 +8,6 @@ never go below 0. Draws come in numpy blocks, so the per-request cost is a few a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ from distsim import inputs
 from distsim.errors import ConfigError, InputFileError
 from distsim.inputs import excerpt
 from distsim.workload import checks
+from distsim.workload.length_dists import DISTS
 from distsim.workload.paths import resolve_path
 
 
@@ -26,19 +26,6 @@ class Dist:
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-DISTS: dict[str, Callable[..., Dist]] = {}
-
-
-def register(name: str):
-    """Add a distribution family under ``name`` (its builder takes ``(cfg, key, integer, lo, hi)``)."""
-
-    def deco(builder):
-        DISTS[name] = builder
-        return builder
-
-    return deco
 
 
 @dataclass(frozen=True)
@@ -107,14 +94,14 @@ class Empirical(Dist):
         return self.values[rng.integers(0, len(self.values), size=n)]
 
 
-@register("fixed")
+@DISTS.register("fixed")
 def _fixed(cfg, key, integer, lo, hi):
     return Fixed(
         checks.non_negative(f"{key}.value", checks.required(f"{key}.value", cfg.value, "for dist=fixed"))
     )
 
 
-@register("uniform")
+@DISTS.register("uniform")
 def _uniform(cfg, key, integer, lo, hi):
     low = checks.non_negative(f"{key}.low", checks.required(f"{key}.low", cfg.low, "for dist=uniform"))
     high = checks.non_negative(f"{key}.high", checks.required(f"{key}.high", cfg.high, "for dist=uniform"))
@@ -126,7 +113,7 @@ def _uniform(cfg, key, integer, lo, hi):
     return Uniform(low, high, integer)
 
 
-@register("lognormal")
+@DISTS.register("lognormal")
 def _lognormal(cfg, key, integer, lo, hi):
     mu = checks.number(f"{key}.mu", checks.required(f"{key}.mu", cfg.mu, "for dist=lognormal"))
     sigma = checks.non_negative(
@@ -135,14 +122,14 @@ def _lognormal(cfg, key, integer, lo, hi):
     return LogNormal(mu, sigma)
 
 
-@register("exponential")
+@DISTS.register("exponential")
 def _exponential(cfg, key, integer, lo, hi):
     return Exponential(
         checks.positive(f"{key}.mean", checks.required(f"{key}.mean", cfg.mean, "for dist=exponential"))
     )
 
 
-@register("normal")
+@DISTS.register("normal")
 def _normal(cfg, key, integer, lo, hi):
     mean = checks.number(f"{key}.mean", checks.required(f"{key}.mean", cfg.mean, "for dist=normal"))
     std = checks.non_negative(f"{key}.std", checks.required(f"{key}.std", cfg.std, "for dist=normal"))
@@ -156,7 +143,7 @@ def _normal(cfg, key, integer, lo, hi):
     return TruncatedNormal(mean, std, lo, hi)
 
 
-@register("empirical")
+@DISTS.register("empirical")
 def _empirical(cfg, key, integer, lo, hi):
     path = resolve_path(f"{key}.path", cfg.path)
     columns = list(inputs.read_csv_frame(path, nrows=0).columns)
@@ -186,7 +173,7 @@ class Sampler:
     """A distribution from config plus clamps. ``key`` is the dotted config path for messages."""
 
     def __init__(self, cfg, key: str, *, integer: bool = True):
-        checks.choice(f"{key}.dist", cfg.dist, DISTS)
+        build = DISTS.get(cfg.dist, f"{key}.dist")
         floor = 1.0 if integer else 0.0
         lo = floor if cfg.min is None else max(floor, checks.number(f"{key}.min", cfg.min))
         hi = math.inf if cfg.max is None else checks.number(f"{key}.max", cfg.max)
@@ -196,7 +183,7 @@ class Sampler:
         self.integer = integer
         self.lo = lo
         self.hi = hi
-        self.dist = DISTS[cfg.dist](cfg, key, integer, lo, hi)
+        self.dist = build(cfg, key, integer, lo, hi)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` draws, clamped to [min, max]; int64 for integer samplers, else float64."""

@@ -19,6 +19,7 @@ from distsim.config.workload import WorkloadConfig
 from distsim.errors import ConfigError
 from distsim.request import Request
 from distsim.workload import checks
+from distsim.workload.kinds import KINDS
 
 
 class WorkloadSource:
@@ -35,17 +36,7 @@ class WorkloadSource:
         return None
 
 
-KINDS: dict[str, Callable[[DictConfig, int, int], WorkloadSource]] = {}
-
-
-def register_kind(name: str):
-    """Add a workload kind (``workload.kind``); its builder takes ``(cfg, seed, block_size)``."""
-
-    def deco(builder):
-        KINDS[name] = builder
-        return builder
-
-    return deco
+SourceBuilder = Callable[[DictConfig, int, int], WorkloadSource]  # (cfg, seed, block_size)
 
 
 def as_config(cfg) -> DictConfig:
@@ -67,12 +58,7 @@ def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> Workload
     cfg = as_config(workload_cfg)
     seed = checks.integer("seed", seed, low=0)
     block_size = checks.integer("cluster.engine.block_size", block_size, low=1)
-    # importing the kinds registers them
-    from distsim.workload import synthetic  # noqa: F401
-    from distsim.workload.traces import replay  # noqa: F401
-
-    checks.choice("workload.kind", cfg.kind, KINDS)
-    return KINDS[cfg.kind](cfg, seed, block_size)
+    return KINDS.get(cfg.kind)(cfg, seed, block_size)
 
 
 def limits(cfg, *, need_one: bool) -> tuple[int | None, int | None]:

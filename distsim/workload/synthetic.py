@@ -16,9 +16,10 @@ from distsim.engine.rng import stream
 from distsim.request import Request
 from distsim.workload.arrivals import build_arrivals
 from distsim.workload.keys import UniqueKeys
+from distsim.workload.kinds import KINDS
 from distsim.workload.prefixes import PrefixGroups
 from distsim.workload.sessions import Sessions
-from distsim.workload.source import WorkloadSource, limits, register_kind
+from distsim.workload.source import WorkloadSource, limits
 from distsim.workload.tenants import Tagger
 
 BLOCK = 4096
@@ -157,6 +158,6 @@ class SyntheticSource(WorkloadSource):
         )
 
 
-@register_kind("synthetic")
+@KINDS.register("synthetic")
 def _build(cfg, seed: int, block_size: int) -> WorkloadSource:
     return SyntheticSource(cfg, seed, block_size)

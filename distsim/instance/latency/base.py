@@ -1,4 +1,4 @@
-"""The latency-model interface and its registry.
+"""The latency-model interface and how a configured one is built (the registry is registry.py).
 
 A latency model turns the shape of one engine step into its duration in integer microseconds.
 The instance calls :meth:`LatencyModel.step_us` for steps that hold prefill work and
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from distsim.instance.latency.registry import LATENCY_MODELS
 
 
 class StepShape(NamedTuple):
@@ -61,31 +63,12 @@ class LatencyContext:
 
 
 LatencyFactory = Callable[[Any, LatencyContext], LatencyModel]
-LATENCY_MODELS: dict[str, LatencyFactory] = {}
-
-
-def register_latency_model(kind: str) -> Callable[[LatencyFactory], LatencyFactory]:
-    def deco(factory: LatencyFactory) -> LatencyFactory:
-        LATENCY_MODELS[kind] = factory
-        return factory
-
-    return deco
 
 
 def build_latency_model(cfg: Any, ctx: LatencyContext, key: str = "cluster.latency") -> LatencyModel:
     """Build the model named by ``cfg.kind`` (``cfg`` is the ``cluster.latency`` node), after applying
     the latency profile that ``cfg.profile`` names, if any (see :mod:`distsim.instance.latency.profile`)."""
-    from distsim.errors import ConfigError
-    from distsim.instance.latency import linear  # noqa: F401  (registers)
-
-    try:
-        from distsim.instance.latency import roofline  # noqa: F401  (registers)
-    except ImportError:  # pragma: no cover - roofline lands with the catalog
-        pass
     from distsim.instance.latency.profile import apply_profile
 
     cfg = apply_profile(cfg, key)
-    factory = LATENCY_MODELS.get(cfg.kind)
-    if factory is None:
-        raise ConfigError(f"{key}.kind", f"unknown latency model {cfg.kind!r}; known: {', '.join(sorted(LATENCY_MODELS))}")
-    return factory(cfg, ctx)
+    return LATENCY_MODELS.get(cfg.kind, f"{key}.kind")(cfg, ctx)

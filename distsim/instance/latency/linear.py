@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from distsim.errors import ConfigError
-from distsim.instance.latency.base import LatencyContext, LatencyModel, StepShape, register_latency_model
+from distsim.instance.latency.base import LatencyContext, LatencyModel, StepShape
+from distsim.instance.latency.registry import register_latency_model
 
 
 class LinearLatency(LatencyModel):

@@ -65,7 +65,8 @@ from typing import Any
 import numpy as np
 
 from distsim.errors import ConfigError
-from distsim.instance.latency.base import LatencyContext, LatencyModel, StepShape, register_latency_model
+from distsim.instance.latency.base import LatencyContext, LatencyModel, StepShape
+from distsim.instance.latency.registry import register_latency_model
 
 DEFAULT_STEP_OVERHEAD_US = 500.0  # BLIS hardware_config.json TOverheadMicros (see module docstring)
 ALL_REDUCE_LATENCY_US = 10.0  # aiconfigurator p2p_latency_s = 1e-05 (shared/data/hardware.json)

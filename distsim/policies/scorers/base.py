@@ -1,4 +1,4 @@
-"""The scorer interface and registry. A new scorer is one file with ``@SCORERS.register("name")``."""
+"""The scorer interface. A new scorer is one file with ``@SCORERS.register("name")`` (see registry.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from distsim.registry import Registry
+from distsim.policies.scorers.registry import SCORERS  # noqa: F401  (re-exported: scorers register here)
 from distsim.request import Request
 
 
@@ -18,9 +18,6 @@ class Scorer:
 
     def score(self, req: Request, view: Any) -> np.ndarray:
         raise NotImplementedError
-
-
-SCORERS: Registry[type[Scorer]] = Registry("scorer", "policy.routing.scorers")
 
 
 def inverse_minmax(values: np.ndarray) -> np.ndarray:

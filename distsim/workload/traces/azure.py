@@ -12,6 +12,7 @@ import re
 
 from distsim.errors import InputFileError
 from distsim.inputs import excerpt
+from distsim.workload.traces.formats import READERS
 from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, parse_int
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -45,6 +46,7 @@ def parse_timestamp_ns(text: str, path, line: int) -> int:
     return ns
 
 
+@READERS.register("azure")
 class AzureReader(TraceReader):
     def rows(self):
         path = self.path

@@ -7,11 +7,13 @@ failed requests: they are skipped and counted, as are rows with zero request tok
 
 from __future__ import annotations
 
+from distsim.workload.traces.formats import READERS
 from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, parse_int, parse_ns
 
 COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 
 
+@READERS.register("burstgpt")
 class BurstGPTReader(TraceReader):
     def rows(self):
         path = self.path

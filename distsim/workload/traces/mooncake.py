@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from distsim import inputs
 from distsim.errors import InputFileError
+from distsim.workload.traces.formats import READERS
 from distsim.workload.traces.rows import TraceReader, TraceRow, parse_int, parse_ns
 
 BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
+@READERS.register("mooncake")
 class MooncakeReader(TraceReader):
     block_tokens = BLOCK_TOKENS
 

@@ -22,11 +22,12 @@ from distsim.errors import ConfigError, InputFileError
 from distsim.request import Request
 from distsim.workload import checks
 from distsim.workload.keys import UniqueKeys, trace_block_keys
+from distsim.workload.kinds import KINDS
 from distsim.workload.paths import resolve_path
 from distsim.workload.prefixes import PrefixGroups
-from distsim.workload.source import WorkloadSource, limits, register_kind
+from distsim.workload.source import WorkloadSource, limits
 from distsim.workload.tenants import Tagger
-from distsim.workload.traces import READERS
+from distsim.workload.traces.formats import READERS
 from distsim.workload.traces.rows import TraceRow
 
 CHUNK = 4096
@@ -38,9 +39,10 @@ class TraceSource(WorkloadSource):
         self.seed = seed
         self.block_size = block_size
         checks.required(
-            "workload.format", cfg.format, "for kind=trace (one of: " + ", ".join(sorted(READERS)) + ")"
+            "workload.format", cfg.format, "for kind=trace (one of: " + ", ".join(READERS.names()) + ")"
         )
-        self.format = checks.choice("workload.format", cfg.format, READERS)
+        READERS.get(cfg.format)  # an unknown format lists the known ones
+        self.format = cfg.format
         self.path = resolve_path("workload.path", cfg.path)
         self.limit, self.duration_us = limits(cfg, need_one=False)
         if self.limit == 0:
@@ -261,6 +263,6 @@ class TraceSource(WorkloadSource):
             yield req
 
 
-@register_kind("trace")
+@KINDS.register("trace")
 def _build(cfg, seed: int, block_size: int) -> WorkloadSource:
     return TraceSource(cfg, seed, block_size)

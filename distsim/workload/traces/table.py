@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from distsim import inputs
 from distsim.errors import InputFileError
+from distsim.workload.traces.formats import READERS
 from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, parse_int, parse_ns
 
 REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
@@ -35,6 +36,7 @@ def _row(path, ln: int, get) -> TraceRow:
     )
 
 
+@READERS.register("csv")
 class CsvReader(TraceReader):
     def rows(self):
         path = self.path
@@ -42,6 +44,7 @@ class CsvReader(TraceReader):
             yield _row(path, ln, lambda name, rec=rec, idx=idx: rec[idx[name]] if name in idx else None)
 
 
+@READERS.register("parquet")
 class ParquetReader(TraceReader):
     """Row numbers in messages count data rows from 1."""
 

@@ -1,0 +1,16 @@
+"""First come, first served: vLLM's default order."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from distsim.instance.queues.registry import QUEUES
+from distsim.request import Request
+
+
+@QUEUES.register("fcfs")
+class FCFSQueue(deque):
+    """A deque: arrivals at the back, preempted requests back at the front."""
+
+    def peek(self) -> Request:
+        return self[0]

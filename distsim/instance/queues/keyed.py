@@ -1,0 +1,39 @@
+"""The base of ordered queues: a heap keyed by ``key(request)``, ties broken by arrival at the queue."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from distsim.request import Request
+
+
+class KeyedQueue:
+    """A heap keyed by ``key(request)``; preempted requests go ahead of everything (key -inf)."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def key(self, req: Request) -> tuple:
+        raise NotImplementedError
+
+    def __init__(self):
+        self._heap: list = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def append(self, req: Request) -> None:
+        heapq.heappush(self._heap, (self.key(req), next(self._seq), req))
+
+    def appendleft(self, req: Request) -> None:
+        heapq.heappush(self._heap, ((float("-inf"),), -next(self._seq), req))
+
+    def peek(self) -> Request:
+        return self._heap[0][2]
+
+    def popleft(self) -> Request:
+        return heapq.heappop(self._heap)[2]
+
+    def __iter__(self):
+        return (entry[2] for entry in sorted(self._heap))
