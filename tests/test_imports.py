@@ -1,10 +1,10 @@
 """No import circle in the distsim package, lazy imports inside functions included.
 
 The graph is built with ``ast`` from every distsim/**/*.py: ``import a.b`` and ``from a import b`` at any
-depth (module level, functions, try blocks), relative names resolved. Imports under
-``if TYPE_CHECKING:`` never run and are left out; so are plug-in modules that a registry imports by
-name on first lookup (distsim.registry), which is how base modules reach their implementations
-without importing them.
+depth (module level, functions, try blocks), relative names resolved; importing a.b.c also runs the
+package a.b, so that is an edge too. Left out: imports under ``if TYPE_CHECKING:`` (they never run) and
+the plug-in modules a registry imports by name on first lookup (distsim.registry), which is how a base
+module reaches its implementations without importing them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "distsim"
 
-# Edges of circles in code owned by others, each to be removed by its owner when the circle is gone.
-# An edge is (importer, imported); one edge per circle is enough to break it here.
+# Edges of circles in code owned by others, each to be removed by its owner once the circle is gone
+# (test_allowed_edges_still_exist fails on a stale entry, so the list only shrinks). One edge per
+# circle is enough, written as (importer, imported) with the owner in a comment, e.g.
+#     ("distsim.config.schema", "distsim.policies"),  # owner: config; fix: ...
+# Empty: no circle was found on 2026-11-23, in-progress work of the other parts included.
 ALLOWED: set[tuple[str, str]] = set()
 
 
@@ -67,7 +70,15 @@ def imports_in(source: str, name: str, is_package: bool, modules: set[str]) -> s
         for alias in node.names:
             sub = f"{base}.{alias.name}"
             found.add(sub if sub in modules else base)
-    return {m for m in found if m in modules and m != name}
+    found = {m for m in found if m in modules}
+    # importing a.b.c first runs the package a.b (unless it is one of the importer's own packages)
+    found |= {p for m in found for p in _packages_of(m) if p in modules and p not in _packages_of(name)}
+    return found - {name}
+
+
+def _packages_of(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -117,6 +128,7 @@ def f():
     modules = {"a.b.sibling", "a.up", "a.lazy", "a.never", "a.b.c"}
     assert imports_in(source, "a.b.c", False, modules) == {"a.b.sibling", "a.up", "a.lazy"}
     assert imports_in("from . import c", "a.b", True, modules) == {"a.b.c"}
+    assert imports_in("import x.y.z", "a.b.c", False, {"x.y.z", "x.y", "x", "a.b"}) == {"x.y.z", "x.y", "x"}
     graph = import_graph()
     assert "distsim.instance.latency.profile" in graph["distsim.instance.latency.base"]  # inside a function
 
