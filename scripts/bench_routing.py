@@ -13,8 +13,8 @@ import argparse
 import time
 
 from distsim import load_config
-from distsim.cluster.cluster import Cluster
-from distsim.cluster.pools import resolve_pools
+from distsim.cluster.build import build_cluster
+from distsim.config.scenario import resolve
 from distsim.engine.loop import EventLoop
 from distsim.metrics.recorder import Recorder
 from distsim.request import Request
@@ -23,7 +23,8 @@ from distsim.request import Request
 def per_decision_us(n: int, policy: str, decisions: int) -> float:
     cfg = load_config([f"policy={policy}", f"cluster.instances={n}", "cluster.engine.total_kv_blocks=100000"])
     loop = EventLoop()
-    cluster = Cluster(resolve_pools(cfg.cluster), cfg.policy, loop, Recorder(1e9, 1e9), 0, signals_cfg=cfg.signals)
+    sc = resolve(cfg, requests=[])
+    cluster = build_cluster(sc.pools, sc.policy, sc.signals, sc.transfer, loop, Recorder(1e9, 1e9), seed=0, slo=sc.slo)
     view = cluster.entry_view
     reqs = [Request(i, 0, 1024, 64, block_hashes=tuple(range(i % 50, i % 50 + 64))) for i in range(decisions)]
     for r in reqs[:50]:  # warm the prefix index

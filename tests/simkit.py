@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
+from omegaconf import OmegaConf
+
+from distsim.catalog.hardware import HardwareSpec
+from distsim.catalog.models import ModelSpec
+from distsim.cluster.build import build_cluster
 from distsim.cluster.cluster import Cluster
 from distsim.cluster.pools import PoolSpec
+from distsim.config import checks
+from distsim.config.schema import PolicyConfig, SignalsConfig
+from distsim.config.settings import PolicySettings, SignalSettings, SloDefaults, TransferSettings
 from distsim.engine.loop import EventLoop
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.linear import LinearLatency
@@ -23,7 +30,18 @@ class MiniSim:
     violations: list = field(default_factory=list)
 
 
-FAKE_HW = SimpleNamespace(name="fake", price_usd_per_gpu_hour=1.0)
+FAKE_HW = HardwareSpec(
+    name="fake", bf16_tflops=1.0, hbm_bw_tbps=1.0, memory_bytes=1 << 30, link_gbps_per_dir=1.0,
+    price_usd_per_gpu_hour=1.0, compute_efficiency_default=1.0, memory_efficiency_default=1.0,
+)
+
+
+def tiny_model(kv_bytes_per_token: int) -> ModelSpec:
+    """A one-layer model whose KV is ``kv_bytes_per_token`` bytes per token (one KV head, bf16)."""
+    return ModelSpec(
+        name="tiny", num_layers=1, hidden_size=64, num_attention_heads=1, num_kv_heads=1,
+        head_dim=kv_bytes_per_token // 4, intermediate_size=64, vocab_size=64, dtype_bytes=2,
+    )
 
 
 def engine(**kw) -> EngineParams:
@@ -32,17 +50,24 @@ def engine(**kw) -> EngineParams:
     return EngineParams(**base)
 
 
-def policy(routing: str = "round_robin", admission: str = "always", trace: bool = False, **kw):
-    """A policy config; keyword arguments go to routing (``r_...``) or admission (``a_...``)."""
-    r = {"kind": routing, "scorers": None, "latency_ms": 0.0}
-    a = {"kind": admission, "latency_ms": 0.0}
+def policy(routing: str = "round_robin", admission: str = "always", trace: bool = False, **kw) -> PolicySettings:
+    """Checked policy settings; keyword arguments go to routing (``r_...``) or admission (``a_...``)."""
+    node = OmegaConf.structured(PolicyConfig)
+    node.routing.kind, node.admission.kind, node.trace_decisions = routing, admission, trace
     for key, value in kw.items():
-        (r if key.startswith("r_") else a)[key[2:]] = value
-    return SimpleNamespace(routing=SimpleNamespace(**r), admission=SimpleNamespace(**a), trace_decisions=trace)
+        (node.routing if key.startswith("r_") else node.admission)[key[2:]] = value
+    return checks.policy(node)
 
 
-def signals(interval_ms: float = 0.0, delay_ms: float = 0.0, jitter_ms: float = 0.0, per_signal=None):
-    return SimpleNamespace(refresh_interval_ms=interval_ms, jitter_ms=jitter_ms, transport_delay_ms=delay_ms, per_signal=per_signal)
+def signals(interval_ms: float = 0.0, delay_ms: float = 0.0, jitter_ms: float = 0.0, per_signal=None) -> SignalSettings:
+    node = OmegaConf.structured(SignalsConfig)
+    node.refresh_interval_ms, node.transport_delay_ms, node.jitter_ms = interval_ms, delay_ms, jitter_ms
+    node.per_signal = per_signal or {}
+    return checks.signals(node)
+
+
+def transfer(bandwidth_gbps: float, latency_us: float) -> TransferSettings:
+    return TransferSettings(bandwidth_gbps * 1e9, latency_us)
 
 
 def run(
@@ -64,19 +89,12 @@ def run(
 ) -> MiniSim:
     params = params or engine()
     latency = latency or LinearLatency(100.0, 2.0, 5.0)
-    pools = pools or [PoolSpec("p", instances, "mixed", FAKE_HW, None, 1, params, latency, "cluster")]
+    pools = pools or [PoolSpec("p", instances, "mixed", FAKE_HW, tiny_model(1000), 1, params, latency, "cluster")]
     loop = EventLoop(horizon_us)
     recorder = Recorder(ttft_slo_ms, 1e9)
-    cluster = Cluster(
-        pools,
-        policy_cfg or policy(routing),
-        loop,
-        recorder,
-        seed,
-        fast_forward=fast_forward,
-        signals_cfg=signals_cfg,
-        transfer_cfg=transfer_cfg,
-        default_ttft_slo_ms=ttft_slo_ms,
+    cluster = build_cluster(
+        pools, policy_cfg or policy(routing), signals_cfg or SignalSettings(), transfer_cfg or TransferSettings(),
+        loop, recorder, seed=seed, fast_forward=fast_forward, slo=SloDefaults(ttft_slo_ms, 1e9),
     )
     sim = MiniSim(loop, cluster, recorder)
     if check_every_event:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pandas as pd
 import pytest
-from simkit import FAKE_HW, engine, policy, run, signals
+from simkit import FAKE_HW, engine, policy, run, signals, tiny_model
+from simkit import transfer as simkit_transfer
 
 from distsim import load_config, simulate
 from distsim.cluster.pools import PoolSpec
@@ -96,7 +95,7 @@ def test_no_herding_when_most_requests_share_one_prefix():
 
 
 def _pd_pools(transfer_bytes_per_token=1000):
-    model = SimpleNamespace(kv_bytes_per_token_per_gpu=lambda tp: transfer_bytes_per_token)
+    model = tiny_model(transfer_bytes_per_token)
     params = engine(max_num_seqs=8, max_num_batched_tokens=256, block_size=16, total_kv_blocks=200)
     lat = LinearLatency(100.0, 2.0, 5.0)
     return [
@@ -106,7 +105,7 @@ def _pd_pools(transfer_bytes_per_token=1000):
 
 
 def test_pd_transfer_time_matches_the_formula_and_ttft_includes_it():
-    transfer = SimpleNamespace(bandwidth_gbps=1.0, latency_us=10.0)
+    transfer = simkit_transfer(1.0, 10.0)
     sim = run([Request(0, 0, 100, 5)], pools=_pd_pools(), transfer_cfg=transfer)
     row = sim.recorder.table().iloc[0]
     prefill_us = 100 + 2 * 100  # one step computes the whole prompt
@@ -121,7 +120,7 @@ def test_pd_blocks_are_conserved_across_the_hand_off():
     rng = np.random.default_rng(2)
     t = np.cumsum(rng.exponential(2000, 300)).astype(int)
     reqs = [Request(i, int(t[i]), int(rng.integers(10, 300)), int(rng.integers(1, 60))) for i in range(300)]
-    transfer = SimpleNamespace(bandwidth_gbps=0.5, latency_us=50.0)
+    transfer = simkit_transfer(0.5, 50.0)
     sim = run(reqs, pools=_pd_pools(), transfer_cfg=transfer, check_every_event=True)
     df = sim.recorder.table()
     assert (df["status"] == "completed").all() and sim.checks > 0

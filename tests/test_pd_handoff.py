@@ -7,21 +7,19 @@ held back by blocks kept for transfers) left an instance idle with work queued: 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pandas as pd
 import pytest
-from simkit import FAKE_HW, engine, run
+from simkit import FAKE_HW, engine, run, tiny_model, transfer
 
 from distsim import load_config, simulate
 from distsim.cluster.pools import PoolSpec
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
 
-MODEL = SimpleNamespace(kv_bytes_per_token_per_gpu=lambda tp: 1000)
+MODEL = tiny_model(1000)
 LATENCY = LinearLatency(100.0, 2.0, 5.0)
-TRANSFER = SimpleNamespace(bandwidth_gbps=0.5, latency_us=50.0)
+TRANSFER = transfer(0.5, 50.0)
 
 
 def _pools(decode_blocks: int, prefill_blocks: int = 400):

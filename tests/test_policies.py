@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from simkit import engine, policy, run
@@ -54,9 +52,11 @@ class FakeView:
         return self._index.match(req.block_hashes)
 
 
-def router(kind, n, seed=0, **cfg):
-    cfg.setdefault("scorers", None)
-    return ROUTERS.get(kind)(SimpleNamespace(kind=kind, **cfg), PolicyContext(n, stream(seed, "router"), seed))
+def router(kind, n, seed=0, **params):
+    cls = ROUTERS.get(kind)
+    typed = cls.Params(**params)
+    typed.check("policy.routing")
+    return cls(typed, PolicyContext(n, stream(seed, "router"), seed))
 
 
 def req(i=0, hashes=None, session=-1, prompt=100):

@@ -3,7 +3,7 @@
 Mixed clusters route each request to one instance. Under P/D disaggregation (pools with roles
 prefill and decode) the prefill router and the decode router, each over its own pool, pick both
 instances at arrival; the prefill instance computes the prompt and samples the first token; the
-decode instance takes blocks for the prompt's KV at its next step boundary, the KV moves over the link
+decode instance reserves blocks for the prompt's KV in its next step's admission, the KV moves over the link
 (latency + bytes / bandwidth, bytes of the prompt's KV per GPU), blocks held on both sides until it
 lands; then the first token reaches the user (TTFT includes the transfer) and decoding proceeds.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,126 +20,57 @@ import numpy as np
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
+from distsim.config.settings import PolicySettings, TransferSettings
 from distsim.engine.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
-from distsim.engine.rng import stream
-from distsim.errors import ConfigError, SimulationError, warn_config
+from distsim.errors import SimulationError, warn_config
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
-from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext, load_builtin_policies
 from distsim.request import Request, Status
 
-PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as llm-d's approximate scorer
 
+@dataclass
+class Routes:
+    """The router(s) and their views: one over every instance, or under P/D one over the prefill pool
+    (the entry) and one over the decode pool; and the router-side prefix index, if a router reads it."""
 
-def _ms_to_us(value: Any, key: str) -> int:
-    if value is None or not value >= 0 or not math.isfinite(value):
-        raise ConfigError(key, f"must be a number >= 0 (got {value!r})")
-    return int(round(value * 1000))
+    entry_view: ClusterView
+    router: Any
+    decode_view: ClusterView | None = None
+    decode_router: Any = None
+    prefix_index: PrefixIndex | None = None
 
 
 class Cluster:
+    """The cluster's event handlers: arrival, admission, routing, dispatch, P/D hand-off, completion.
+    Assembled by :func:`distsim.cluster.build.build_cluster` from resolved settings."""
+
     def __init__(
         self,
-        pools: list,
-        policy_cfg: Any,
+        instances: list[Instance],
+        pool_of: list[Any],
+        board: SignalBoard,
+        state: RouterState,
+        routes: Routes,
+        admission: Any,
+        policy: PolicySettings,
+        transfer: TransferSettings,
         loop: EventLoop,
         recorder: Recorder,
-        seed: int,
-        *,
-        fast_forward: bool = True,
-        signals_cfg: Any = None,
-        transfer_cfg: Any = None,
-        default_ttft_slo_ms: float = float("inf"),
     ):
-        self.loop = loop
-        self.recorder = recorder
-        self.pools = pools
-        self.instances: list[Instance] = []
-        pool_of: list[Any] = []
-        for pool in pools:
-            for _ in range(pool.count):
-                inst = Instance(
-                    len(self.instances),
-                    pool.engine,
-                    pool.latency,
-                    loop,
-                    self._on_done,
-                    fast_forward=fast_forward,
-                    pool=pool.name,
-                    role=pool.role,
-                    hardware=pool.hardware.name,
-                    gpus=pool.tensor_parallel_size,
-                )
-                inst.on_prefilled = self._on_prefilled
-                inst.on_reserved = self._on_reserved
-                self.instances.append(inst)
-                pool_of.append(pool)
-        n = len(self.instances)
-        self.pool_of = pool_of
-        signals_cfg = signals_cfg if signals_cfg is not None else _default_signals()
-        kv_total = np.array([inst.kv.total for inst in self.instances], dtype=np.float64)
-        self.board = SignalBoard(self.instances, kv_total, signals_cfg, loop, stream(seed, "signals"))
-        self.state = RouterState(n)
-
-        load_builtin_policies()
-        routing = policy_cfg.routing
-        router_cls = ROUTERS.get(routing.kind)
-        roles = np.array([inst.role for inst in self.instances])
-        self.disaggregated = bool(np.any(roles != "mixed"))
-        index = None
-        if getattr(router_cls, "uses_prefix_index", False):
-            cap = getattr(routing, "prefix_index_blocks", None)
-            if cap is not None and cap < 1:
-                raise ConfigError("policy.routing.prefix_index_blocks", f"must be >= 1 or null (got {cap})")
-            stride = max(1, PREFIX_CHUNK_TOKENS // self.instances[0].bs)
-            index = PrefixIndex(n, [cap or inst.kv.total for inst in self.instances], stride)
-        self.prefix_index = index
-        facts = {
-            "gpus": np.array([inst.gpus for inst in self.instances], dtype=np.int64),
-            "price_usd_per_gpu_hour": np.array([p.hardware.price_usd_per_gpu_hour for p in pool_of], dtype=np.float64),
-            "total_kv_blocks": kv_total,
-            "max_num_batched_tokens": np.array([inst.max_tokens for inst in self.instances], dtype=np.int64),
-        }
-        models = [inst.latency for inst in self.instances]
-        ctx_extra = {"default_ttft_slo_ms": default_ttft_slo_ms}
-
-        def group(members: np.ndarray, name: str):
-            view = ClusterView(self.board, self.state, loop, members, prefix_index=index, facts=facts, step_models=models)
-            ctx = PolicyContext(int(members.size), stream(seed, name), seed, ctx_extra)
-            return view, router_cls(routing, ctx)
-
-        if self.disaggregated:
-            prefill = np.flatnonzero(roles == "prefill")
-            decode = np.flatnonzero(roles == "decode")
-            if prefill.size == 0 or decode.size == 0 or np.any(roles == "mixed"):
-                raise ConfigError(
-                    "cluster.pools",
-                    "P/D disaggregation needs at least one prefill pool and one decode pool, and no mixed pool "
-                    f"(got roles {sorted(set(roles.tolist()))})",
-                )
-            self.entry_view, self.router = group(prefill, "router/prefill")
-            self.decode_view, self.decode_router = group(decode, "router/decode")
-            self._check_transfer(transfer_cfg)
-        else:
-            self.entry_view, self.router = group(np.arange(n), "router")
-            self.decode_view = self.decode_router = None
-        if getattr(self.router, "uses_prefix_index", False) and not any(inst.caching for inst in self.instances):
-            warn_config(
-                "policy.routing.kind",
-                f"{routing.kind} routes on prefix-cache hits, but cluster.engine.enable_prefix_caching is false: "
-                "no instance caches a prefix, so its prefix scores only concentrate load",
-            )
-        self.admission = ADMISSIONS.get(policy_cfg.admission.kind)(
-            policy_cfg.admission, PolicyContext(self.entry_view.n, stream(seed, "admission"), seed, ctx_extra)
-        )
-        if self.board.live and (
-            getattr(self.router, "reads_signals", False) or getattr(self.admission, "reads_signals", False)
-        ):
-            self.board.enable_push()
-        self.dispatch_us = _ms_to_us(getattr(policy_cfg.admission, "latency_ms", 0.0), "policy.admission.latency_ms") + _ms_to_us(
-            getattr(routing, "latency_ms", 0.0), "policy.routing.latency_ms"
-        )
-        self.trace = bool(getattr(policy_cfg, "trace_decisions", False))
+        self.loop, self.recorder = loop, recorder
+        self.instances, self.pool_of = instances, pool_of
+        self.board, self.state = board, state
+        self.entry_view, self.router = routes.entry_view, routes.router
+        self.decode_view, self.decode_router = routes.decode_view, routes.decode_router
+        self.prefix_index = routes.prefix_index
+        self.admission = admission
+        self.disaggregated = self.decode_router is not None
+        self.transfer_bw = transfer.bandwidth_bytes_per_s
+        self.transfer_latency_us = transfer.latency_us
+        self.dispatch_us = policy.dispatch_us
+        self.trace = policy.trace_decisions
+        for inst in instances:
+            inst.on_done, inst.on_prefilled, inst.on_reserved = self._on_done, self._on_prefilled, self._on_reserved
         self.decisions: list[tuple] = []
         self.arrived = 0
         self.first_arrival_us: int | None = None
@@ -154,16 +86,6 @@ class Cluster:
     @property
     def num_instances(self) -> int:
         return len(self.instances)
-
-    def _check_transfer(self, cfg: Any) -> None:
-        bw = cfg.bandwidth_gbps if cfg is not None else 50.0
-        lat = cfg.latency_us if cfg is not None else 10.0
-        if bw is None or not bw > 0:
-            raise ConfigError("cluster.kv_transfer.bandwidth_gbps", f"must be > 0 (got {bw!r})")
-        if lat is None or not lat >= 0:
-            raise ConfigError("cluster.kv_transfer.latency_us", f"must be >= 0 (got {lat!r})")
-        self.transfer_bw = float(bw) * 1e9  # bytes per second per GPU
-        self.transfer_latency_us = float(lat)
 
     # ------------------------------------------------------------------ arrivals
     def feed(self, requests: Iterable[Request]) -> None:
@@ -355,8 +277,3 @@ class Cluster:
         frame["time_ms"] = frame["time_ms"] / 1000.0
         return frame
 
-
-def _default_signals():
-    from types import SimpleNamespace
-
-    return SimpleNamespace(refresh_interval_ms=0.0, jitter_ms=0.0, transport_delay_ms=0.0, per_signal=None)

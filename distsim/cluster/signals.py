@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from distsim.config.settings import SIGNALS, SignalSettings
 from distsim.engine.loop import PRIO_CLUSTER, EventLoop
-from distsim.errors import ConfigError
-
-SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued_tokens")
 
 
 class SignalBoard:
-    def __init__(self, instances: list, kv_total: np.ndarray, cfg: Any, loop: EventLoop, rng: np.random.Generator):
+    def __init__(
+        self, instances: list, kv_total: np.ndarray, settings: SignalSettings, loop: EventLoop, rng: np.random.Generator
+    ):
         n = len(instances)
         self.instances = instances
         self.loop = loop
@@ -37,9 +37,9 @@ class SignalBoard:
         self.prompt_tokens = np.zeros(n, dtype=np.int64)
         self.kv_total = np.asarray(kv_total, dtype=np.float64)
         self.in_run: dict[int, Any] = {}  # instance index -> instance, while it fast-forwards a decode run
-        self.cadence = _cadences(cfg)
-        self.delay_us = _us(cfg.transport_delay_ms, "signals.transport_delay_ms")
-        self.live = self.delay_us == 0 and all(interval == 0 for interval, _ in self.cadence.values())
+        self.cadence = settings.cadence
+        self.delay_us = settings.transport_delay_us
+        self.live = settings.live
         self.pushed = False  # instances push their state here only when a policy reads it live
         self.published: dict[str, np.ndarray] = {}
         self.scrapes = 0
@@ -118,30 +118,3 @@ class SignalBoard:
         name, snapshot = item
         self.published[name] = snapshot
 
-
-def _us(ms: Any, key: str) -> int:
-    if ms is None or not ms >= 0:
-        raise ConfigError(key, f"must be a number >= 0 (got {ms!r})")
-    return int(round(ms * 1000))
-
-
-def _cadences(cfg: Any) -> dict[str, tuple[int, int]]:
-    """Per signal: (interval_us, jitter_us)."""
-    interval = _us(cfg.refresh_interval_ms, "signals.refresh_interval_ms")
-    jitter = _us(cfg.jitter_ms, "signals.jitter_ms")
-    if jitter and jitter >= interval:
-        raise ConfigError("signals.jitter_ms", f"must be smaller than refresh_interval_ms (got {cfg.jitter_ms})")
-    out = {name: (interval, jitter) for name in SIGNALS}
-    for name, spec in (cfg.per_signal or {}).items():
-        if name not in out:
-            raise ConfigError(f"signals.per_signal.{name}", f"unknown signal; known: {', '.join(SIGNALS)}")
-        spec = spec or {}
-        unknown = set(spec) - {"interval_ms", "jitter_ms"}
-        if unknown:
-            raise ConfigError(f"signals.per_signal.{name}.{sorted(unknown)[0]}", "unknown key; known: interval_ms, jitter_ms")
-        iv = _us(spec.get("interval_ms", cfg.refresh_interval_ms), f"signals.per_signal.{name}.interval_ms")
-        jt = _us(spec.get("jitter_ms", 0), f"signals.per_signal.{name}.jitter_ms")
-        if jt and jt >= iv:
-            raise ConfigError(f"signals.per_signal.{name}.jitter_ms", "must be smaller than interval_ms")
-        out[name] = (iv, jt)
-    return out

@@ -7,7 +7,8 @@ their own values when they are built and raise :class:`distsim.errors.ConfigErro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -100,24 +101,30 @@ class SignalsConfig:
     per_signal: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class AdmissionConfig:
-    kind: str = "always"  # always | reject_all | token_bucket | queue_limit | slo_aware
-    latency_ms: float = 0.0  # time the admission decision adds before the request reaches its instance
-    capacity_tokens: float | None = None  # token_bucket: bucket size in input tokens
-    refill_tokens_per_s: float | None = None  # token_bucket: refill rate
-    max_queued_requests: int | None = None  # queue_limit: reject above this many queued cluster-wide
-    slo_margin: float | None = None  # slo_aware: reject when predicted TTFT > margin x the TTFT SLO
+def _policy_node(name: str, base: list[tuple[str, type, Any]], registry_name: str) -> type:
+    """The schema of ``policy.routing`` or ``policy.admission``: ``base`` keys, then the union of every
+    registered policy's parameters (its ``Params`` dataclass), each null (or {}) unless set, so every
+    key exists in the composed config and a new policy with parameters needs no edit here."""
+    from distsim.policies import base as policies
+
+    policies.load_builtin_policies()
+    registry = getattr(policies, registry_name)
+    union: dict[str, Any] = {}
+    for kind in registry.names():
+        params_cls = registry.get(kind).Params
+        for pname, ptype in typing.get_type_hints(params_cls).items():
+            if union.setdefault(pname, ptype) != ptype:
+                raise TypeError(f"{registry.family} parameter {pname!r} declared as {union[pname]} and {ptype}")
+    extra = []
+    for pname, ptype in sorted(union.items()):
+        is_dict = typing.get_origin(ptype) is dict or dict in [typing.get_origin(a) for a in typing.get_args(ptype)]
+        extra.append((pname, ptype | None, field(default_factory=dict) if is_dict else field(default=None)))
+    return make_dataclass(name, [(n, t, field(default=d)) for n, t, d in base] + extra)
 
 
-@dataclass
-class RoutingConfig:
-    kind: str = "round_robin"
-    latency_ms: float = 0.0  # time the routing decision adds before the request reaches its instance
-    scorers: dict[str, float] = field(default_factory=dict)  # weighted: scorer name -> weight ({}: defaults)
-    load_guard: float | None = None  # prefix/session affinity: max outstanding requests above the least loaded
-    prefix_index_blocks: int | None = None  # router-side prefix index per instance (LRU); null: its KV blocks
-    half_life_ms: float | None = None  # cost_escalation: half-life of an instance's routing cost
+# time the decision adds before the request reaches its instance
+RoutingConfig = _policy_node("RoutingConfig", [("kind", str, "round_robin"), ("latency_ms", float, 0.0)], "ROUTERS")
+AdmissionConfig = _policy_node("AdmissionConfig", [("kind", str, "always"), ("latency_ms", float, 0.0)], "ADMISSIONS")
 
 
 @dataclass

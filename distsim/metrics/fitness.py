@@ -23,21 +23,20 @@ from distsim.registry import Registry
 
 # forms live in this module; naming it keeps discovery uniform across families
 FITNESS: Registry[Callable[[dict[str, Any], Any], float]] = Registry("fitness form", "fitness.kind", __name__)
+PER = ("gpu", "dollar", "none")
 
 
 @FITNESS.register("goodput")
 def goodput_fitness(summary: dict[str, Any], cfg: Any) -> float:
     rps = summary["goodput"]["requests_per_s"] or 0.0
     derived = summary["_derived"]
-    per = cfg.get("per", "gpu")
+    per = cfg.per
     if per == "gpu":
         return rps / derived["gpus"] if derived["gpus"] else 0.0
     if per == "dollar":
         dollars_per_hour = derived["cost_usd"] / (derived["span_s"] / 3600.0) if derived["span_s"] else 0.0
         return rps / dollars_per_hour if dollars_per_hour else 0.0
-    if per == "none":
-        return rps
-    raise ConfigError("fitness.per", f"must be gpu, dollar or none (got {per!r})")
+    return rps  # per == "none"
 
 
 def _per_gpu(summary: dict[str, Any], value: float | None) -> float:
@@ -59,21 +58,32 @@ WEIGHTED_METRICS: dict[str, tuple[Callable[[dict], float | None], str, float]] =
 DEFAULT_WEIGHTS = {"slo_attainment": 1.0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0, "throughput_per_gpu": 1.0}
 
 
-@FITNESS.register("weighted")
-def weighted_fitness(summary: dict[str, Any], cfg: Any) -> float:
-    weights = dict(cfg.get("weights") or DEFAULT_WEIGHTS)
-    refs = dict(cfg.get("refs") or {})
-    for name in list(weights) + list(refs):
-        if name not in WEIGHTED_METRICS:
-            raise ConfigError(f"fitness.weights.{name}", f"unknown metric; known: {', '.join(sorted(WEIGHTED_METRICS))}")
+def check_fitness(cfg: Any) -> None:
+    """Raise a ConfigError for settings no fitness form accepts (run before simulating)."""
+    if cfg.kind == "goodput" and cfg.per not in PER:
+        raise ConfigError("fitness.per", f"must be {', '.join(PER[:-1])} or {PER[-1]} (got {cfg.per!r})")
+    if cfg.kind != "weighted":
+        return
+    weights = dict(cfg.weights or DEFAULT_WEIGHTS)
+    for section, names in (("weights", weights), ("refs", cfg.refs or {})):
+        for name in names:
+            if name not in WEIGHTED_METRICS:
+                raise ConfigError(f"fitness.{section}.{name}", f"unknown metric; known: {', '.join(sorted(WEIGHTED_METRICS))}")
     if any(w is None or w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
         raise ConfigError("fitness.weights", "weights must be >= 0 and not all zero")
+    for name, ref in (cfg.refs or {}).items():
+        if ref is None or not ref > 0:
+            raise ConfigError(f"fitness.refs.{name}", f"must be > 0 (got {ref})")
+
+
+@FITNESS.register("weighted")
+def weighted_fitness(summary: dict[str, Any], cfg: Any) -> float:
+    weights = dict(cfg.weights or DEFAULT_WEIGHTS)
+    refs = dict(cfg.refs or {})
     total = 0.0
     for name, w in weights.items():
         read, direction, ref = WEIGHTED_METRICS[name]
         ref = float(refs.get(name, ref))
-        if not ref > 0:
-            raise ConfigError(f"fitness.refs.{name}", f"must be > 0 (got {ref})")
         x = read(summary)
         if x is None:  # nothing completed: the worst score
             score = 0.0

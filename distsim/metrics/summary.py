@@ -83,6 +83,31 @@ def tenant_fairness(requests: pd.DataFrame) -> float:
     return jain_index(ratio)
 
 
+def request_counts(requests: pd.DataFrame, instances: pd.DataFrame) -> dict[str, int]:
+    """summary.json's ``requests``: one count per final status, and preemptions two ways."""
+    status = requests["status"]
+    rejected = int((status == "rejected").sum())
+    return {
+        "arrived": len(requests),
+        "admitted": len(requests) - rejected,
+        "rejected": rejected,
+        "completed": int((status == "completed").sum()),
+        "dropped": int((status == "dropped").sum()),
+        "too_long": int(instances["too_long"].sum()),  # of the rejected: prompt + output over max_model_len
+        "preempted": int((requests["preemptions"] > 0).sum()),  # requests preempted at least once
+        "preemptions": int(requests["preemptions"].sum()),  # preemption events (as the parquet files count)
+        "unfinished": int((status == "unfinished").sum()),
+    }
+
+
+def _fleet(instances: pd.DataFrame, span_s: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """GPUs per instance, busy seconds per instance, and dollars spent over the span."""
+    gpus = instances["gpus"].to_numpy(dtype=np.float64) if len(instances) else np.zeros(0)
+    busy_s = instances["busy_ms"].to_numpy(dtype=np.float64) / 1e3 if len(instances) else np.zeros(0)
+    cost_usd = float((instances["price_usd_per_gpu_hour"] * instances["gpus"]).sum()) * span_s / 3600.0
+    return gpus, busy_s, cost_usd
+
+
 def summarize(
     requests: pd.DataFrame,
     instances: pd.DataFrame,
@@ -95,32 +120,17 @@ def summarize(
     end_us: int,
 ) -> dict[str, Any]:
     """The summary dict (everything but fitness, which needs it as input)."""
-    status = requests["status"]
-    completed = requests[status == "completed"]
+    completed = requests[requests["status"] == "completed"]
     span_s = max(end_us - start_us, 1) / 1e6
     arrived = len(requests)
-    rejected = int((status == "rejected").sum())
     scheduled = requests[requests["queue_ms"].notna()]
     met = int(requests["met_slo"].sum())
     prompt_scheduled = int(scheduled["input_tokens"].sum())
-    gpus = instances["gpus"].to_numpy(dtype=np.float64) if len(instances) else np.zeros(0)
-    busy_s = instances["busy_ms"].to_numpy(dtype=np.float64) / 1e3 if len(instances) else np.zeros(0)
+    gpus, busy_s, cost_usd = _fleet(instances, span_s)
     gpu_seconds = float(gpus.sum()) * span_s
-    cost_usd = float((instances["price_usd_per_gpu_hour"] * instances["gpus"]).sum()) * span_s / 3600.0
     tokens_done = int(completed["input_tokens"].sum() + completed["output_tokens"].sum())
-
     summary: dict[str, Any] = {
-        "requests": {
-            "arrived": arrived,
-            "admitted": arrived - rejected,
-            "rejected": rejected,
-            "completed": len(completed),
-            "dropped": int((status == "dropped").sum()),
-            "too_long": int(instances["too_long"].sum()),  # of the rejected: prompt + output over max_model_len
-            "preempted": int((requests["preemptions"] > 0).sum()),  # requests preempted at least once
-            "preemptions": int(requests["preemptions"].sum()),  # preemption events (as the parquet files count)
-            "unfinished": int((status == "unfinished").sum()),
-        },
+        "requests": request_counts(requests, instances),
         "ttft_ms": distribution(completed["ttft_ms"].to_numpy()),
         "tpot_ms": distribution(completed["tpot_ms"].to_numpy()),
         "itl_ms": weighted_distribution(itl_values / 1000.0, itl_weights),
@@ -131,10 +141,7 @@ def summarize(
             "input_tokens_per_s": rnd(completed["input_tokens"].sum() / span_s),
             "output_tokens_per_s": rnd(completed["output_tokens"].sum() / span_s),
         },
-        "goodput": {
-            "slo_attainment": rnd(met / arrived) if arrived else None,
-            "requests_per_s": rnd(met / span_s),
-        },
+        "goodput": {"slo_attainment": rnd(met / arrived) if arrived else None, "requests_per_s": rnd(met / span_s)},
         "prefix_cache_hit_rate": rnd(scheduled["cached_tokens"].sum() / prompt_scheduled) if prompt_scheduled else 0.0,
         "gpu_utilization": rnd(float(np.dot(busy_s, gpus)) / gpu_seconds) if gpu_seconds else 0.0,
         "jain_fairness": rnd(tenant_fairness(requests)),

@@ -6,8 +6,8 @@ never reach into an instance. A policy draws randomness only from its own stream
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,12 +25,42 @@ class PolicyContext:
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. default_ttft_slo_ms
 
 
+@dataclass(frozen=True)
+class PolicyParams:
+    """A policy's own parameters: the keys of ``policy.routing`` or ``policy.admission`` besides kind
+    and latency_ms. A policy with parameters declares a subclass (typed fields, None meaning "the
+    policy's default") as its ``Params``; the config schema offers the union of all policies' fields,
+    so a new policy with parameters is one file and one YAML. ``check`` validates the values, naming
+    ``key.field`` (key: "policy.routing" or "policy.admission")."""
+
+    def check(self, key: str) -> None:
+        return None
+
+    @classmethod
+    def from_node(cls, node: Any) -> PolicyParams:
+        """The parameters from a config node; absent or null keys keep their defaults."""
+        values = {}
+        for f in fields(cls):
+            value = node.get(f.name) if node is not None else None
+            if value is not None:
+                values[f.name] = dict(value) if hasattr(value, "items") else value
+        return cls(**values)
+
+
 class Router:
     """Chooses the instance for an admitted request."""
 
-    def __init__(self, cfg: Any, ctx: PolicyContext):
-        self.cfg = cfg
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+    uses_prefix_index: ClassVar[bool] = False  # the cluster keeps a prefix index for it
+
+    def __init__(self, params: PolicyParams, ctx: PolicyContext):
+        self.params = params
         self.ctx = ctx
+
+    @classmethod
+    def reads_prefix_index(cls, params: PolicyParams) -> bool:
+        """Whether the router with these parameters scores the router-side prefix index."""
+        return cls.uses_prefix_index
 
     def route(self, req: Request, view: Any) -> int:
         raise NotImplementedError
@@ -39,8 +69,10 @@ class Router:
 class Admission:
     """Admits or rejects a request as it enters the cluster."""
 
-    def __init__(self, cfg: Any, ctx: PolicyContext):
-        self.cfg = cfg
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+
+    def __init__(self, params: PolicyParams, ctx: PolicyContext):
+        self.params = params
         self.ctx = ctx
 
     def admit(self, req: Request, now: int, view: Any) -> bool:

@@ -2,24 +2,31 @@
 and decays exponentially with ``half_life_ms``; route to the cheapest. A stateless-signal balancer
 (no instance reports needed) that spreads bursts and forgets old work smoothly."""
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from distsim.errors import ConfigError
-from distsim.policies.base import ROUTERS, Router
+from distsim.policies.base import ROUTERS, PolicyParams, Router
 from distsim.policies.choice import pick_min
 
-DEFAULT_HALF_LIFE_MS = 1000.0
+
+@dataclass(frozen=True)
+class CostEscalationParams(PolicyParams):
+    half_life_ms: float = 1000.0  # half-life of an instance's routing cost
+
+    def check(self, key: str) -> None:
+        if not self.half_life_ms > 0:
+            raise ConfigError(f"{key}.half_life_ms", f"must be > 0 (got {self.half_life_ms!r})")
 
 
 @ROUTERS.register("cost_escalation")
 class CostEscalation(Router):
-    def __init__(self, cfg, ctx):
-        super().__init__(cfg, ctx)
-        half_life = getattr(cfg, "half_life_ms", None)
-        half_life = DEFAULT_HALF_LIFE_MS if half_life is None else half_life
-        if not half_life > 0:
-            raise ConfigError("policy.routing.half_life_ms", f"must be > 0 (got {half_life!r})")
-        self.half_life_us = half_life * 1000.0
+    Params = CostEscalationParams
+
+    def __init__(self, params: CostEscalationParams, ctx):
+        super().__init__(params, ctx)
+        self.half_life_us = params.half_life_ms * 1000.0
         self.cost = np.zeros(ctx.num_instances, dtype=np.float64)
         self.last_us = 0
 

@@ -3,20 +3,34 @@ own prefix index; among equal matches the least loaded. A load guard keeps it fr
 best-matching instance has more than ``load_guard`` outstanding requests above the least loaded, the
 request goes to the least loaded instead, which then becomes warm for that prefix too."""
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from distsim.errors import ConfigError
 from distsim.policies.base import ROUTERS, Router
 from distsim.policies.choice import pick_min
-from distsim.policies.session_affinity import load_guard
+from distsim.policies.session_affinity import LoadGuardParams
+
+
+@dataclass(frozen=True)
+class PrefixParams(LoadGuardParams):
+    prefix_index_blocks: int | None = None  # router-side prefix index per instance (LRU); None: its KV blocks
+
+    def check(self, key: str) -> None:
+        super().check(key)
+        if self.prefix_index_blocks is not None and self.prefix_index_blocks < 1:
+            raise ConfigError(f"{key}.prefix_index_blocks", f"must be >= 1 or null (got {self.prefix_index_blocks})")
 
 
 @ROUTERS.register("prefix_affinity")
 class PrefixAffinity(Router):
+    Params = PrefixParams
     uses_prefix_index = True
 
-    def __init__(self, cfg, ctx):
-        super().__init__(cfg, ctx)
-        self.guard = load_guard(cfg)
+    def __init__(self, params: PrefixParams, ctx):
+        super().__init__(params, ctx)
+        self.guard = float(params.load_guard)
 
     def route(self, req, view) -> int:
         outstanding = view.outstanding()

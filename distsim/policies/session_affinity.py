@@ -3,27 +3,31 @@ its conversation is cached, unless that instance has ``load_guard`` more outstan
 the least loaded; then the session moves (and sticks) to the least loaded. Requests without a
 session go to the least loaded. Load here is the router's own outstanding count, always current."""
 
+from dataclasses import dataclass
+
 from distsim.errors import ConfigError
-from distsim.policies.base import ROUTERS, Router
+from distsim.policies.base import ROUTERS, PolicyParams, Router
 from distsim.policies.choice import pick_min
 
-DEFAULT_LOAD_GUARD = 8
+DEFAULT_LOAD_GUARD = 8.0
 
 
-def load_guard(cfg, default: float = DEFAULT_LOAD_GUARD) -> float:
-    value = getattr(cfg, "load_guard", None)
-    if value is None:
-        return default
-    if not value >= 0:
-        raise ConfigError("policy.routing.load_guard", f"must be >= 0 (got {value!r})")
-    return float(value)
+@dataclass(frozen=True)
+class LoadGuardParams(PolicyParams):
+    load_guard: float = DEFAULT_LOAD_GUARD  # max outstanding requests above the least loaded instance
+
+    def check(self, key: str) -> None:
+        if not self.load_guard >= 0:
+            raise ConfigError(f"{key}.load_guard", f"must be >= 0 (got {self.load_guard!r})")
 
 
 @ROUTERS.register("session_affinity")
 class SessionAffinity(Router):
-    def __init__(self, cfg, ctx):
-        super().__init__(cfg, ctx)
-        self.guard = load_guard(cfg)
+    Params = LoadGuardParams
+
+    def __init__(self, params: LoadGuardParams, ctx):
+        super().__init__(params, ctx)
+        self.guard = float(params.load_guard)
         self.home: dict[int, int] = {}
 
     def route(self, req, view) -> int:

@@ -7,25 +7,33 @@ ceil((queued + prompt) / budget) x step(budget). It ignores decode work sharing 
 errs optimistic under heavy decode load; the margin absorbs that."""
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from distsim.errors import ConfigError
 from distsim.instance.latency.base import StepShape
-from distsim.policies.base import ADMISSIONS, Admission
+from distsim.policies.base import ADMISSIONS, Admission, PolicyParams
+
+
+@dataclass(frozen=True)
+class SLOAwareParams(PolicyParams):
+    slo_margin: float = 1.0  # reject when the predicted TTFT exceeds margin x the TTFT SLO
+
+    def check(self, key: str) -> None:
+        if not self.slo_margin > 0:
+            raise ConfigError(f"{key}.slo_margin", f"must be > 0 (got {self.slo_margin!r})")
 
 
 @ADMISSIONS.register("slo_aware")
 class SLOAware(Admission):
     reads_signals = True
 
-    def __init__(self, cfg, ctx):
-        super().__init__(cfg, ctx)
-        margin = getattr(cfg, "slo_margin", None)
-        margin = 1.0 if margin is None else margin
-        if not margin > 0:
-            raise ConfigError("policy.admission.slo_margin", f"must be > 0 (got {margin!r})")
-        self.margin = float(margin)
+    Params = SLOAwareParams
+
+    def __init__(self, params, ctx):
+        super().__init__(params, ctx)
+        self.margin = float(params.slo_margin)
         self.default_slo_ms = ctx.extra.get("default_ttft_slo_ms", math.inf)
         self._chunk_us = None
 

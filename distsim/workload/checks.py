@@ -1,67 +1,12 @@
-"""Small validators that turn a bad config value into a ConfigError naming its dotted key."""
+"""The workload's validators live in the one checks module, distsim.config.checks."""
 
-from __future__ import annotations
-
-import math
-
-from distsim.errors import ConfigError
-
-
-def required(key: str, value, why: str):
-    """Return ``value``; a null means the user left out a key that ``why`` needs."""
-    if value is None:
-        raise ConfigError(key, f"required {why}")
-    return value
-
-
-def number(key: str, value, *, low: float | None = None, strict: bool = False) -> float:
-    """A finite number, at least ``low`` (greater than it when ``strict``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(key, f"must be a number (got {value!r})")
-    x = float(value)
-    if not math.isfinite(x):
-        raise ConfigError(key, f"must be finite (got {value!r})")
-    if low is not None and (x <= low if strict else x < low):
-        raise ConfigError(key, f"must be {'>' if strict else '>='} {low:g} (got {value!r})")
-    return x
-
-
-def positive(key: str, value) -> float:
-    return number(key, value, low=0.0, strict=True)
-
-
-def non_negative(key: str, value) -> float:
-    return number(key, value, low=0.0)
-
-
-def integer(key: str, value, *, low: int | None = None) -> int:
-    """An integer (a float with an integral value is accepted), at least ``low``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
-        raise ConfigError(key, f"must be an integer (got {value!r})")
-    n = int(value)
-    if low is not None and n < low:
-        raise ConfigError(key, f"must be >= {low} (got {value!r})")
-    return n
-
-
-def fraction(key: str, value) -> float:
-    x = number(key, value)
-    if not 0.0 <= x <= 1.0:
-        raise ConfigError(key, f"must be in [0, 1] (got {value!r})")
-    return x
-
-
-def number_list(key: str, values, *, low: float = 0.0, strict: bool = False) -> list[float]:
-    """A non-empty list of numbers, each checked like :func:`number` with its index in the key."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise ConfigError(key, f"must be a list of numbers (got {values!r})")
-    values = list(values)
-    if not values:
-        raise ConfigError(key, "must not be empty")
-    return [number(f"{key}[{i}]", v, low=low, strict=strict) for i, v in enumerate(values)]
-
-
-def choice(key: str, value, options) -> str:
-    if value not in options:
-        raise ConfigError(key, f"unknown {value!r}; choose from {', '.join(sorted(options))}")
-    return value
+from distsim.config.checks import (  # noqa: F401  (re-exported for the workload modules)
+    choice,
+    fraction,
+    integer,
+    non_negative,
+    number,
+    number_list,
+    positive,
+    required,
+)

@@ -13,8 +13,8 @@ from distsim.request import Request
 class Scorer:
     reads_signals = False  # reads instance-reported signals (so live reads need pushes)
 
-    def __init__(self, cfg: Any):
-        self.cfg = cfg
+    def __init__(self, params: Any):
+        self.params = params  # the weighted router's parameters (e.g. load_guard)
 
     def score(self, req: Request, view: Any) -> np.ndarray:
         raise NotImplementedError

@@ -6,14 +6,13 @@ show when most requests share a system prompt)."""
 import numpy as np
 
 from distsim.policies.scorers.base import SCORERS, Scorer
-from distsim.policies.session_affinity import load_guard
 
 
 @SCORERS.register("prefix_affinity")
 class PrefixAffinityScorer(Scorer):
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.guard = load_guard(cfg)
+    def __init__(self, params):
+        super().__init__(params)
+        self.guard = float(params.load_guard)
 
     def score(self, req, view) -> np.ndarray:
         if not req.block_hashes:

@@ -1,0 +1,115 @@
+"""Assemble a :class:`Cluster` from resolved settings: instances, signal board, router views, policies.
+
+Everything here was checked by :func:`distsim.config.scenario.resolve`; assembly only wires objects
+together, so it raises nothing a user could cause. Each policy draws from its own named random stream
+("router", or "router/prefill" and "router/decode" under P/D, and "admission").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from distsim.cluster.cluster import Cluster, Routes
+from distsim.cluster.prefix_index import PrefixIndex
+from distsim.cluster.signals import SignalBoard
+from distsim.cluster.view import ClusterView, RouterState
+from distsim.config.settings import (
+    PolicyChoice,
+    PolicySettings,
+    SignalSettings,
+    SloDefaults,
+    TransferSettings,
+)
+from distsim.engine.loop import EventLoop
+from distsim.engine.rng import stream
+from distsim.instance.instance import Instance
+from distsim.metrics.recorder import Recorder
+from distsim.policies.base import PolicyContext
+
+PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as llm-d's approximate scorer
+
+
+def build_instances(pools: Sequence[Any], loop: EventLoop, fast_forward: bool) -> tuple[list[Instance], list[Any]]:
+    """One Instance per replica of each pool, numbered in pool order; and each instance's pool."""
+    instances: list[Instance] = []
+    pool_of: list[Any] = []
+    for pool in pools:
+        for _ in range(pool.count):
+            inst = Instance(
+                len(instances),
+                pool.engine,
+                pool.latency,
+                loop,
+                None,  # the cluster wires its callbacks
+                fast_forward=fast_forward,
+                pool=pool.name,
+                role=pool.role,
+                hardware=pool.hardware.name,
+                gpus=pool.tensor_parallel_size,
+            )
+            instances.append(inst)
+            pool_of.append(pool)
+    return instances, pool_of
+
+
+def _facts(instances: list[Instance], pool_of: list[Any]) -> dict[str, np.ndarray]:
+    """Static per-instance facts a policy may read (view.facts)."""
+    return {
+        "gpus": np.array([inst.gpus for inst in instances], dtype=np.int64),
+        "price_usd_per_gpu_hour": np.array([p.hardware.price_usd_per_gpu_hour for p in pool_of], dtype=np.float64),
+        "total_kv_blocks": np.array([inst.kv.total for inst in instances], dtype=np.float64),
+        "max_num_batched_tokens": np.array([inst.max_tokens for inst in instances], dtype=np.int64),
+    }
+
+
+def _prefix_index(routing: PolicyChoice, instances: list[Instance]) -> PrefixIndex | None:
+    if not routing.cls.reads_prefix_index(routing.params):
+        return None
+    cap = getattr(routing.params, "prefix_index_blocks", None)
+    stride = max(1, PREFIX_CHUNK_TOKENS // instances[0].bs)
+    return PrefixIndex(len(instances), [cap or inst.kv.total for inst in instances], stride)
+
+
+def build_routes(
+    instances: list[Instance], pool_of: list[Any], board: SignalBoard, state: RouterState, policy: PolicySettings,
+    loop: EventLoop, seed: int, slo: SloDefaults,
+) -> tuple[Routes, Any]:
+    """The router(s) over their views, and the admission policy over the entry view."""
+    routing = policy.routing
+    index = _prefix_index(routing, instances)
+    facts = _facts(instances, pool_of)
+    models = [inst.latency for inst in instances]
+    extra = {"default_ttft_slo_ms": slo.ttft_ms}
+
+    def group(members: np.ndarray, name: str) -> tuple[ClusterView, Any]:
+        view = ClusterView(board, state, loop, members, prefix_index=index, facts=facts, step_models=models)
+        return view, routing.cls(routing.params, PolicyContext(int(members.size), stream(seed, name), seed, extra))
+
+    roles = np.array([inst.role for inst in instances])
+    if np.any(roles != "mixed"):  # P/D: resolve_pools checked there is a prefill and a decode pool
+        entry_view, router = group(np.flatnonzero(roles == "prefill"), "router/prefill")
+        decode_view, decode_router = group(np.flatnonzero(roles == "decode"), "router/decode")
+    else:
+        entry_view, router = group(np.arange(len(instances)), "router")
+        decode_view = decode_router = None
+    ctx = PolicyContext(entry_view.n, stream(seed, "admission"), seed, extra)
+    admission = policy.admission.cls(policy.admission.params, ctx)
+    return Routes(entry_view, router, decode_view, decode_router, index), admission
+
+
+def build_cluster(
+    pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
+    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
+) -> Cluster:
+    """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says."""
+    instances, pool_of = build_instances(pools, loop, fast_forward)
+    kv_total = np.array([inst.kv.total for inst in instances], dtype=np.float64)
+    board = SignalBoard(instances, kv_total, signals, loop, stream(seed, "signals"))
+    state = RouterState(len(instances))
+    routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo)
+    if board.live and (getattr(routes.router, "reads_signals", False) or getattr(admission, "reads_signals", False)):
+        board.enable_push()
+    return Cluster(instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder)

@@ -1,0 +1,271 @@
+"""The one place a composed config is checked: small validators, and a checker per config section.
+
+Every check raises :class:`distsim.errors.ConfigError` naming the dotted key, or warns with
+:func:`distsim.errors.warn_config` about a legal but suspicious combination. The section checkers turn
+a config node into the typed settings of :mod:`distsim.config.settings`; :func:`distsim.config.scenario.resolve`
+calls them all before anything is built, so a bad value anywhere stops a run (or a sweep, before its
+first job) at once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from distsim.config.settings import (
+    SIGNALS,
+    FitnessSettings,
+    PolicyChoice,
+    PolicySettings,
+    SignalSettings,
+    SimSettings,
+    SloDefaults,
+    TransferSettings,
+)
+from distsim.errors import ConfigError, warn_config
+
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)  # vLLM's --block-size choices
+
+# ---- validators ---------------------------------------------------------------------------------
+
+
+def required(key: str, value, why: str):
+    """Return ``value``; a null means the user left out a key that ``why`` needs."""
+    if value is None:
+        raise ConfigError(key, f"required {why}")
+    return value
+
+
+def number(key: str, value, *, low: float | None = None, strict: bool = False) -> float:
+    """A finite number, at least ``low`` (greater than it when ``strict``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"must be a number (got {value!r})")
+    x = float(value)
+    if not math.isfinite(x):
+        raise ConfigError(key, f"must be finite (got {value!r})")
+    if low is not None and (x <= low if strict else x < low):
+        raise ConfigError(key, f"must be {'>' if strict else '>='} {low:g} (got {value!r})")
+    return x
+
+
+def positive(key: str, value) -> float:
+    return number(key, value, low=0.0, strict=True)
+
+
+def non_negative(key: str, value) -> float:
+    return number(key, value, low=0.0)
+
+
+def integer(key: str, value, *, low: int | None = None) -> int:
+    """An integer (a float with an integral value is accepted), at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+        raise ConfigError(key, f"must be an integer (got {value!r})")
+    n = int(value)
+    if low is not None and n < low:
+        raise ConfigError(key, f"must be >= {low} (got {value!r})")
+    return n
+
+
+def fraction(key: str, value) -> float:
+    x = number(key, value)
+    if not 0.0 <= x <= 1.0:
+        raise ConfigError(key, f"must be in [0, 1] (got {value!r})")
+    return x
+
+
+def number_list(key: str, values, *, low: float = 0.0, strict: bool = False) -> list[float]:
+    """A non-empty list of numbers, each checked like :func:`number` with its index in the key."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ConfigError(key, f"must be a list of numbers (got {values!r})")
+    values = list(values)
+    if not values:
+        raise ConfigError(key, "must not be empty")
+    return [number(f"{key}[{i}]", v, low=low, strict=strict) for i, v in enumerate(values)]
+
+
+def choice(key: str, value, options) -> str:
+    if value not in options:
+        raise ConfigError(key, f"unknown {value!r}; choose from {', '.join(sorted(options))}")
+    return value
+
+
+def ms_to_us(key: str, value) -> int:
+    """A duration in milliseconds >= 0 as integer microseconds."""
+    return int(round(non_negative(key, value) * 1000))
+
+
+# ---- sections ------------------------------------------------------------------------------------
+
+
+def sim(cfg: Any) -> SimSettings:
+    """``seed`` and ``sim.*``."""
+    seed = cfg.seed
+    if seed is None or isinstance(seed, bool) or seed < 0:
+        raise ConfigError("seed", f"must be an integer >= 0 (got {seed!r})")
+    h = cfg.sim.horizon_s
+    if h is not None and not (h > 0 and math.isfinite(h)):
+        raise ConfigError("sim.horizon_s", f"must be a finite number > 0, or null for no horizon (got {h!r})")
+    horizon = None if h is None else int(round(h * 1e6))
+    return SimSettings(int(seed), horizon, bool(cfg.sim.fast_forward), bool(cfg.sim.write_requests))
+
+
+def slo_defaults(workload: Any) -> SloDefaults:
+    slo = workload.slo
+    return SloDefaults(float(slo.ttft_ms), float(slo.tpot_ms))
+
+
+def signals(cfg: Any) -> SignalSettings:
+    """``signals.*``: per signal (interval_us, jitter_us), and the transport delay."""
+    interval = ms_to_us("signals.refresh_interval_ms", cfg.refresh_interval_ms)
+    jitter = ms_to_us("signals.jitter_ms", cfg.jitter_ms)
+    if jitter and jitter >= interval:
+        raise ConfigError("signals.jitter_ms", f"must be smaller than refresh_interval_ms (got {cfg.jitter_ms})")
+    cadence = {name: (interval, jitter) for name in SIGNALS}
+    for name, spec in (cfg.per_signal or {}).items():
+        key = f"signals.per_signal.{name}"
+        if name not in cadence:
+            raise ConfigError(key, f"unknown signal; known: {', '.join(SIGNALS)}")
+        spec = spec or {}
+        unknown = set(spec) - {"interval_ms", "jitter_ms"}
+        if unknown:
+            raise ConfigError(f"{key}.{sorted(unknown)[0]}", "unknown key; known: interval_ms, jitter_ms")
+        iv = ms_to_us(f"{key}.interval_ms", spec.get("interval_ms", cfg.refresh_interval_ms))
+        jt = ms_to_us(f"{key}.jitter_ms", spec.get("jitter_ms", 0))
+        if jt and jt >= iv:
+            raise ConfigError(f"{key}.jitter_ms", "must be smaller than interval_ms")
+        cadence[name] = (iv, jt)
+    return SignalSettings(cadence, ms_to_us("signals.transport_delay_ms", cfg.transport_delay_ms))
+
+
+def transfer(cfg: Any) -> TransferSettings:
+    """``cluster.kv_transfer.*`` (used under P/D disaggregation)."""
+    bw = positive("cluster.kv_transfer.bandwidth_gbps", cfg.bandwidth_gbps)
+    return TransferSettings(bw * 1e9, non_negative("cluster.kv_transfer.latency_us", cfg.latency_us))
+
+
+def _policy_choice(node: Any, key: str, registry: Any) -> PolicyChoice:
+    cls = registry.get(node.kind)
+    params = cls.Params.from_node(node)
+    params.check(key)
+    own = {"kind", "latency_ms", *cls.Params.__dataclass_fields__}
+    for name, value in node.items():
+        if name not in own and value not in (None, {}):
+            warn_config(f"{key}.{name}", f"is set, but the {registry.family} {node.kind!r} does not use it")
+    return PolicyChoice(node.kind, cls, params, ms_to_us(f"{key}.latency_ms", node.latency_ms))
+
+
+def policy(cfg: Any) -> PolicySettings:
+    """``policy.*``: the routing and admission classes with their checked parameters."""
+    from distsim.policies.base import ADMISSIONS, ROUTERS, load_builtin_policies
+
+    load_builtin_policies()
+    routing = _policy_choice(cfg.routing, "policy.routing", ROUTERS)
+    admission = _policy_choice(cfg.admission, "policy.admission", ADMISSIONS)
+    return PolicySettings(routing, admission, bool(cfg.trace_decisions))
+
+
+def prefix_routing_needs_caching(policy: PolicySettings, pools: Any) -> None:
+    """Warn when a router scores prefix-cache hits but no instance caches prefixes."""
+    routing = policy.routing
+    if routing.cls.reads_prefix_index(routing.params) and not any(p.engine.enable_prefix_caching for p in pools):
+        warn_config(
+            "policy.routing.kind",
+            f"{routing.kind} routes on prefix-cache hits, but cluster.engine.enable_prefix_caching is false: "
+            "no instance caches a prefix, so its prefix scores only concentrate load",
+        )
+
+
+def fitness(cfg: Any) -> FitnessSettings:
+    """``fitness.*``, checked against the fitness form's own rules (distsim.metrics.fitness)."""
+    from distsim.metrics.fitness import FITNESS, check_fitness
+
+    FITNESS.get(cfg.kind)
+    settings = FitnessSettings(str(cfg.kind), str(cfg.per), dict(cfg.weights or {}), dict(cfg.refs or {}))
+    check_fitness(settings)
+    return settings
+
+
+# ---- engine (cluster.engine and each pool's overrides) ---------------------------------------------
+
+def engine(engine: Any, key: str) -> None:
+    """``cluster.engine`` (or a pool's merged engine) against vLLM's own limits."""
+    from distsim.instance.queues import QUEUES
+
+    def need(cond: bool, sub: str, rule: str, value: Any) -> None:
+        if not cond:
+            raise ConfigError(f"{key}.{sub}", f"{rule} (got {value!r})")
+
+    need(engine.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1", engine.tensor_parallel_size)
+    need(engine.max_num_seqs >= 1, "max_num_seqs", "must be >= 1", engine.max_num_seqs)
+    need(engine.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1", engine.max_num_batched_tokens)
+    need(
+        engine.max_num_batched_tokens >= engine.max_num_seqs,
+        "max_num_batched_tokens",
+        f"must be >= max_num_seqs ({engine.max_num_seqs}), as vLLM requires",
+        engine.max_num_batched_tokens,
+    )
+    need(engine.block_size in BLOCK_SIZES, "block_size", f"must be one of {', '.join(map(str, BLOCK_SIZES))}, as vLLM allows", engine.block_size)
+    need(engine.max_model_len is None or engine.max_model_len >= 1, "max_model_len", "must be >= 1 or null", engine.max_model_len)
+    need(0.0 < engine.gpu_memory_utilization <= 1.0, "gpu_memory_utilization", "must be in (0, 1]", engine.gpu_memory_utilization)
+    need(
+        0.0 <= engine.activation_reserve_fraction < 1.0,
+        "activation_reserve_fraction",
+        "must be in [0, 1)",
+        engine.activation_reserve_fraction,
+    )
+    need(engine.total_kv_blocks is None or engine.total_kv_blocks >= 1, "total_kv_blocks", "must be >= 1 or null", engine.total_kv_blocks)
+    need(engine.scheduler in QUEUES, "scheduler", f"must be one of {', '.join(sorted(QUEUES))}", engine.scheduler)
+
+
+def tp_within_node(tp: int, hardware: Any, gpus_per_node: int | None, engine_key: str) -> None:
+    """Tensor parallelism stays inside one node's GPU link (NVLink or PCIe): the step model costs the
+    all-reduce on that link only, so a TP group that would cross the network is refused."""
+    if gpus_per_node is not None and gpus_per_node < 1:
+        raise ConfigError("cluster.gpus_per_node", f"must be >= 1 or null (got {gpus_per_node})")
+    per_node = gpus_per_node or hardware.gpus_per_node
+    if tp > per_node:
+        raise ConfigError(
+            f"{engine_key}.tensor_parallel_size",
+            f"{tp} GPUs do not fit in one {hardware.name} node ({per_node} GPUs joined by its "
+            f"{hardware.link_gbps_per_dir:g} GB/s link); tensor parallelism across nodes is not modelled: "
+            "use more instances, or set cluster.gpus_per_node if your nodes join more GPUs (e.g. 72 for GB200 NVL72)",
+        )
+
+
+def max_model_len(engine: Any, model: Any, engine_key: str) -> int | None:
+    """vLLM's max_model_len: the user's, at most the model's context length, which is the default.
+    Without chunked prefill a whole prompt must fit in one step's token budget, so vLLM refuses a
+    budget below it."""
+    context = model.max_position_embeddings or None
+    limit = engine.max_model_len if engine.max_model_len is not None else context
+    if context is not None and limit > context:
+        raise ConfigError(
+            f"{engine_key}.max_model_len",
+            f"{limit} is longer than {model.name}'s context length ({context} tokens, max_position_embeddings)",
+        )
+    if not engine.enable_chunked_prefill:
+        if limit is None:
+            raise ConfigError(
+                f"{engine_key}.max_model_len",
+                f"must be set when enable_chunked_prefill is false ({model.name} gives no max_position_embeddings)",
+            )
+        if engine.max_num_batched_tokens < limit:
+            raise ConfigError(
+                f"{engine_key}.max_num_batched_tokens",
+                f"{engine.max_num_batched_tokens} is below max_model_len ({limit}) with enable_chunked_prefill=false: "
+                "a prompt must then fit in one step, so vLLM refuses this; raise max_num_batched_tokens, lower "
+                "max_model_len, or enable chunked prefill",
+            )
+    return limit
+
+
+def warn_if_one_sequence_cannot_fit(params: Any, engine_key: str) -> None:
+    """vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache; distsim runs
+    and drops the requests that can never fit, but says so."""
+    capacity = params.total_kv_blocks * params.block_size
+    if params.max_model_len is not None and params.max_model_len > capacity:
+        warn_config(
+            f"{engine_key}.max_model_len",
+            f"{params.max_model_len} tokens do not fit in the KV cache ({params.total_kv_blocks} blocks, "
+            f"{capacity} tokens): vLLM would refuse to start; requests longer than the cache are dropped",
+        )

@@ -1,0 +1,66 @@
+"""Resolve, then build: the whole composed config becomes one frozen, typed :class:`Scenario`.
+
+:func:`resolve` checks every section (:mod:`distsim.config.checks`), loads the model and hardware
+catalogs, derives the KV capacity of each pool, builds the step-time models and validates the workload
+(reading a trace through once), and returns values only: nothing that simulates exists yet. A mistake
+anywhere is a ConfigError or InputFileError before the first event; a sweep driver resolves each
+configuration before its first job for the same reason. :func:`distsim.simulate.run` then builds the
+world from the scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from distsim.config import checks
+from distsim.config.settings import (
+    FitnessSettings,
+    PolicySettings,
+    SignalSettings,
+    SimSettings,
+    SloDefaults,
+    TransferSettings,
+)
+from distsim.request import Request
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything one simulation needs, checked and typed."""
+
+    pools: tuple[Any, ...]  # distsim.cluster.pools.PoolSpec, one per pool, in config order
+    workload: Iterable[Request]  # a restartable request source (or a fixed list the caller gave)
+    policy: PolicySettings
+    signals: SignalSettings
+    transfer: TransferSettings
+    fitness: FitnessSettings
+    sim: SimSettings
+    slo: SloDefaults
+
+    @property
+    def seed(self) -> int:
+        return self.sim.seed
+
+
+def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
+    """Check the composed config ``cfg`` (see load_config) and resolve it into a Scenario.
+
+    ``requests`` replaces the configured workload (tests and validation feed exact request lists);
+    the workload config is then not read.
+    """
+    from distsim.cluster.pools import resolve_pools
+
+    sim = checks.sim(cfg)
+    fitness = checks.fitness(cfg.fitness)
+    signals = checks.signals(cfg.signals)
+    transfer = checks.transfer(cfg.cluster.kv_transfer)
+    policy = checks.policy(cfg.policy)
+    pools = tuple(resolve_pools(cfg.cluster))
+    checks.prefix_routing_needs_caching(policy, pools)
+    if requests is None:
+        from distsim.workload import build_workload
+
+        requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
+    return Scenario(pools, requests, policy, signals, transfer, fitness, sim, checks.slo_defaults(cfg.workload))

@@ -1,0 +1,86 @@
+"""Typed, frozen settings: what the composed config means once it has been checked.
+
+The composed config (Hydra's DictConfig) is read once, by :mod:`distsim.config.checks`, into these
+values with units in their names (microseconds, bytes per second); builders take them and never read
+raw config. Everything here is immutable, so a resolved :class:`distsim.config.scenario.Scenario` can
+be shared, pickled to a Ray worker, and reused for many seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued_tokens")
+
+
+@dataclass(frozen=True)
+class SignalSettings:
+    """How fresh instance-reported signals are: per signal (interval_us, jitter_us), 0 = read live;
+    a scrape becomes visible ``transport_delay_us`` after it is taken."""
+
+    cadence: dict[str, tuple[int, int]] = field(default_factory=lambda: {name: (0, 0) for name in SIGNALS})
+    transport_delay_us: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.transport_delay_us == 0 and all(interval == 0 for interval, _ in self.cadence.values())
+
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """The P/D KV link: time = latency_us + bytes / bandwidth (bytes of the prompt's KV per GPU)."""
+
+    bandwidth_bytes_per_s: float = 50e9
+    latency_us: float = 10.0
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """A routing or admission policy: its registered class, its checked parameters, and the time its
+    decision adds before a request reaches an instance."""
+
+    kind: str
+    cls: Any  # the registered Router or Admission class
+    params: Any  # an instance of cls.Params
+    latency_us: int = 0
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    routing: PolicyChoice
+    admission: PolicyChoice
+    trace_decisions: bool = False
+
+    @property
+    def dispatch_us(self) -> int:
+        return self.admission.latency_us + self.routing.latency_us
+
+
+@dataclass(frozen=True)
+class FitnessSettings:
+    """One number per run (distsim.metrics.fitness): ``kind`` goodput (``per`` gpu, dollar or none)
+    or weighted (metric ``weights`` and reference values ``refs``)."""
+
+    kind: str = "goodput"
+    per: str = "gpu"
+    weights: dict[str, float] = field(default_factory=dict)
+    refs: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Simulation controls that do not change the modelled system."""
+
+    seed: int = 0
+    horizon_us: int | None = None
+    fast_forward: bool = True
+    write_requests: bool = True
+
+
+@dataclass(frozen=True)
+class SloDefaults:
+    """The workload's default SLOs (a request without its own class's SLO is held to these)."""
+
+    ttft_ms: float = float("inf")
+    tpot_ms: float = float("inf")

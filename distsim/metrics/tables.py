@@ -1,0 +1,84 @@
+"""The tables and the summary of a finished run, read off the cluster, its instances and the recorder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distsim.metrics.recorder import Recorder
+from distsim.metrics.summary import rnd, summarize
+
+
+def measure(cluster: Any, recorder: Recorder, loop: Any, end_us: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The request table, the instance table and the summary (fitness not yet added)."""
+    table = recorder.table()
+    instances = instance_table(cluster)
+    itl_values, itl_weights = itl_samples(cluster)
+    start_us = cluster.first_arrival_us or 0
+    summary = summarize(
+        table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us
+    )
+    if cluster.disaggregated:
+        summary["kv_transfer"] = {
+            "transfers": cluster.transfers,
+            "mean_ms": rnd(cluster.transfer_us_total / cluster.transfers / 1000.0) if cluster.transfers else None,
+            "gb": rnd(cluster.transfer_bytes_total / 1e9, 6),
+        }
+    summary["signals"] = {"scrapes": cluster.board.scrapes}
+    return table, instances, summary
+
+
+def instance_table(cluster: Any) -> pd.DataFrame:
+    rows = []
+    for inst in cluster.instances:
+        s = inst.stats
+        pool = cluster.pool_of[inst.index]
+        total = inst.kv.total
+        rows.append(
+            {
+                "instance": inst.index,
+                "pool": inst.pool,
+                "role": inst.role,
+                "hardware": inst.hardware,
+                "gpus": inst.gpus,
+                "price_usd_per_gpu_hour": float(pool.hardware.price_usd_per_gpu_hour),
+                "total_kv_blocks": total,
+                "busy_ms": s.busy_us / 1000.0,
+                "steps": s.steps,
+                "prefill_tokens": s.prefill_tokens,
+                "decode_tokens": s.decode_tokens,
+                "peak_kv_blocks": s.peak_used_blocks,
+                "peak_kv_utilization": s.peak_used_blocks / total,
+                "kv_evictions": inst.kv.evictions,
+                "preemptions": s.preemptions,
+                "admitted": s.admitted,
+                "completed": s.completed,
+                "handed_off": s.handed_off,
+                "dropped": s.dropped,
+                "too_long": s.too_long,
+                "cached_tokens": s.cached_tokens,
+                "prompt_tokens": s.prompt_tokens,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def itl_samples(cluster: Any) -> tuple[np.ndarray, np.ndarray]:
+    """All inter-token gaps as (values in microseconds, weights)."""
+    values: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    for inst in cluster.instances:
+        s = inst.stats
+        values.append(np.asarray(s.itl_step_durations, dtype=np.int64))
+        weights.append(np.asarray(s.itl_step_weights, dtype=np.int64))
+        if s.itl_run_counts:
+            values.append(np.frombuffer(s.itl_run_durations, dtype=np.int64))
+            weights.append(np.repeat(np.asarray(s.itl_run_weights, dtype=np.int64), s.itl_run_counts))
+        if s.itl_single:
+            values.append(np.asarray(s.itl_single, dtype=np.int64))
+            weights.append(np.ones(len(s.itl_single), dtype=np.int64))
+    if not values:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(values).astype(np.float64), np.concatenate(weights).astype(np.float64)
