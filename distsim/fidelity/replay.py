@@ -15,11 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 from distsim.config.compose import load_config
 from distsim.errors import UserError
 from distsim.fidelity.run import MeasuredRun
+from distsim.runner.overrides import from_lines
 from distsim.simulate import SimulationResult, simulate
 
 
 def _overridden_keys(overrides: Sequence[str]) -> set[str]:
-    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    """The keys the user set, from Hydra's parse of the overrides (``+x.y=1`` sets ``x.y``)."""
+    return {o.key for o in from_lines(overrides)}
 
 
 def run_settings(run: MeasuredRun) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
+from distsim.runner.overrides import texts
 from distsim.runner.plan import plan_sweep
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.sweep import SweepOutcome, run_sweep
@@ -34,7 +35,7 @@ def sweep(
         parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
         plan = plan_sweep(args, parser)
         settings = RunnerSettings.from_node(
-            compose(config_name="config", overrides=list(plan.runner_overrides)).runner
+            compose(config_name="config", overrides=texts(plan.runner_overrides)).runner
         )
         return run_sweep(
             plan, lambda ovs: compose(config_name="config", overrides=ovs), sweep_dir, settings, echo=echo

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from omegaconf import DictConfig, OmegaConf, flag_override
 
 from distsim.errors import UserError
+from distsim.runner.overrides import texts
 from distsim.runner.plan import Job, SweepPlan
 
 Composer = Callable[[list[str]], DictConfig]
@@ -25,7 +26,7 @@ def compose_key(job: Job) -> str:
 
 def _compose_overrides(job: Job, plan: SweepPlan) -> list[str]:
     own = job.overrides if compose_key(job) == job.overrides_str else job.config
-    return [*own, *plan.runner_overrides]
+    return texts([*own, *plan.runner_overrides])
 
 
 def task_config(cfg: DictConfig) -> DictConfig:

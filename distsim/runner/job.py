@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from distsim import outputs
 from distsim.errors import UserError
 from distsim.runner import faults, store
+from distsim.runner.overrides import texts
 from distsim.runner.plan import Job
 from distsim.runner.rows import RUN_PREFIX, base_row, failed_row, flatten
 from distsim.simulate import simulate
@@ -41,7 +42,7 @@ def _record_config(out: Path, cfg: DictConfig, job: Job) -> None:
     """A .hydra-like record of what ran, as a single run leaves one."""
     hydra_dir = outputs.prepare_dir(out / ".hydra")
     outputs.write_text(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
-    outputs.write_text(hydra_dir / "overrides.yaml", yaml.safe_dump(list(job.overrides), default_flow_style=False))
+    outputs.write_text(hydra_dir / "overrides.yaml", yaml.safe_dump(texts(job.overrides), default_flow_style=False))
 
 
 def _run_info(t0: float) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Jobs are the cartesian product of the overrides, in Hydra's basic-sweeper order (keys in command-line
 order, the last key varying fastest), so job indices match what ``hydra/sweeper=basic`` would number.
 A job's *config* is its overrides but ``seed``: jobs sharing a config differ only by seed, so the driver
-composes each config once and derives each job by setting the seed.
+composes each config once and derives each job by setting the seed. Overrides are typed pairs
+(distsim.runner.overrides), parsed here once; their text is for display and identity only.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
 
 from distsim.errors import UserError
+from distsim.runner.overrides import Override, expand, joined, parse
 
 SEED_KEY = "seed"
 RUNNER_PREFIX = "runner."
@@ -26,62 +27,49 @@ class Job:
     """One simulation of a sweep. ``overrides`` identify it (runner.* settings excluded)."""
 
     index: int
-    overrides: tuple[str, ...]
-    config: tuple[str, ...]  # overrides but seed
+    overrides: tuple[Override, ...]
+    config: tuple[Override, ...]  # overrides but seed
     seed: int | None  # the seed override as an int; None when absent or not an integer literal
-    seed_override: str | None  # the raw seed override ("seed=3"), if any
+    seed_override: Override | None  # the seed override, if any
 
     @property
     def config_key(self) -> str:
-        return config_key(self.config)
+        return joined(self.config)
 
     @property
     def overrides_str(self) -> str:
-        return " ".join(self.overrides)
+        return joined(self.overrides)
 
 
 @dataclass(frozen=True)
 class SweepPlan:
     jobs: list[Job]
-    runner_overrides: tuple[str, ...]  # runner.* overrides, the same for every job
+    runner_overrides: tuple[Override, ...]  # runner.* overrides, the same for every job
     swept_keys: tuple[str, ...]  # keys with more than one value (seed included)
 
-    def configs(self) -> dict[str, tuple[str, ...]]:
+    def configs(self) -> dict[str, tuple[Override, ...]]:
         """Distinct configs in order of first appearance."""
-        out: dict[str, tuple[str, ...]] = {}
+        out: dict[str, tuple[Override, ...]] = {}
         for job in self.jobs:
             out.setdefault(job.config_key, job.config)
         return out
 
-
-def config_key(config: Sequence[str]) -> str:
-    return " ".join(config)
-
-
-def _key_of(override_str: str) -> str:
-    return override_str.split("=", 1)[0].lstrip("+~")
+    def config_texts(self) -> dict[str, tuple[str, ...]]:
+        """Each config's overrides as text, by config key: what labels and the printed table show."""
+        return {key: tuple(o.text for o in config) for key, config in self.configs().items()}
 
 
-def _parse_seed(override_str: str) -> int | None:
-    value = override_str.split("=", 1)[1] if "=" in override_str else ""
-    try:
-        return int(value)
-    except ValueError:
-        return None
+def seed_of(override: Override) -> int | None:
+    """An integer seed; anything else (an interpolation, a float) is left for Hydra to compose."""
+    value = override.value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _choices(override: Override) -> list[str]:
-    key = override.get_key_element()
-    if not override.is_sweep_override():
-        return [f"{key}={override.get_value_element_as_str()}"]
-    if not override.is_discrete_sweep():
-        raise UserError(
-            f"sweep error: {override.input_line}: the distsim sweeper enumerates lists, range() and glob() only"
-        )
-    values = [f"{key}={v}" for v in override.sweep_string_iterator()]
-    if not values:
-        raise UserError(f"sweep error: {override.input_line}: the sweep has no values")
-    return values
+def make_job(index: int, overrides: Sequence[Override]) -> Job:
+    seed_ovr = next((o for o in overrides if o.key == SEED_KEY), None)
+    config = tuple(o for o in overrides if o.key != SEED_KEY)
+    seed = seed_of(seed_ovr) if seed_ovr is not None else None
+    return Job(index, tuple(overrides), config, seed, seed_ovr)
 
 
 def plan_sweep(arguments: Sequence[str], parser: OverridesParser | None = None) -> SweepPlan:
@@ -89,29 +77,18 @@ def plan_sweep(arguments: Sequence[str], parser: OverridesParser | None = None) 
 
     ``parser`` should carry Hydra's config loader (glob() lists a group's options through it).
     """
-    parser = parser or OverridesParser.create()
-    try:
-        parsed = parser.parse_overrides(list(arguments))
-    except Exception as err:  # Hydra's OverrideParseException and friends: the user's typing
-        raise UserError(f"sweep error: {str(err).splitlines()[0]}") from None
-    per_key: dict[str, list[str]] = {}
-    runner: list[str] = []
-    for override in parsed:
-        if override.is_hydra_override():
+    per_key: dict[str, list[Override]] = {}
+    runner: list[Override] = []
+    for parsed in parse(arguments, parser):
+        if parsed.is_hydra_override():
             continue
-        choices = _choices(override)
-        key = override.key_or_group
-        if key.startswith(RUNNER_PREFIX):
+        choices = expand(parsed)
+        if parsed.key_or_group.startswith(RUNNER_PREFIX):
             if len(choices) > 1:
-                raise UserError(f"sweep error: {key}: runner settings cannot be swept")
+                raise UserError(f"sweep error: {parsed.key_or_group}: runner settings cannot be swept")
             runner.extend(choices)
             continue
-        per_key[override.get_key_element()] = choices  # a repeated key: the last one wins, as in Hydra
-    swept = tuple(_key_of(v[0]) for v in per_key.values() if len(v) > 1)
-    jobs = []
-    for index, combo in enumerate(itertools.product(*per_key.values())):
-        seed_ovr = next((o for o in combo if _key_of(o) == SEED_KEY), None)
-        config = tuple(o for o in combo if _key_of(o) != SEED_KEY)
-        seed = _parse_seed(seed_ovr) if seed_ovr is not None else None
-        jobs.append(Job(index, tuple(combo), config, seed, seed_ovr))
+        per_key[choices[0].element] = choices  # a repeated key: the last one wins, as in Hydra
+    swept = tuple(v[0].key for v in per_key.values() if len(v) > 1)
+    jobs = [make_job(i, combo) for i, combo in enumerate(itertools.product(*per_key.values()))]
     return SweepPlan(jobs, tuple(runner), swept)

@@ -18,6 +18,7 @@ cancels that shared noise and is far more sensitive than comparing two independe
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,54 +89,60 @@ def holm(p_values: list[float]) -> list[float]:
     return out
 
 
-def common_overrides(configs: list[str]) -> list[str]:
+Parts = Mapping[str, Sequence[str]]  # config key -> the texts of its overrides
+
+
+def config_parts(configs: Sequence[str], parts: Parts | None = None) -> dict[str, tuple[str, ...]]:
+    """Each config's overrides. The sweep driver passes them from its plan (typed pairs, so a value that
+    holds a space stays one override); a table read back from disk (distsim.report) has only the config
+    column, the texts joined by spaces, and is split on them."""
+    return {c: tuple(parts[c]) if parts is not None and c in parts else tuple(c.split()) for c in configs}
+
+
+def common_overrides(configs: list[str], parts: Parts | None = None) -> list[str]:
     """Overrides present in every config (shown once, not on every row)."""
     if not configs:
         return []
-    sets = [set(c.split()) for c in configs]
-    shared = set.intersection(*sets)
-    return [o for o in configs[0].split() if o in shared]
+    split = config_parts(configs, parts)
+    shared = set.intersection(*(set(p) for p in split.values()))
+    return [o for o in split[configs[0]] if o in shared]
 
 
-def labels(configs: list[str]) -> dict[str, str]:
-    shared = set(common_overrides(configs)) if len(configs) > 1 else set()
-    return {c: (" ".join(o for o in c.split() if o not in shared) or "(defaults)") for c in configs}
+def labels(configs: list[str], parts: Parts | None = None) -> dict[str, str]:
+    """Each config without the overrides all of them share; "(defaults)" when nothing is left."""
+    split = config_parts(configs, parts)
+    shared = set(common_overrides(configs, parts)) if len(configs) > 1 else set()
+    return {c: (" ".join(o for o in split[c] if o not in shared) or "(defaults)") for c in configs}
 
 
 def _per_seed(group: pd.DataFrame) -> pd.Series:
     return group.groupby("seed")[METRIC].mean()
 
 
-def rank_configs(results: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """One row per config of ``results`` (the results.parquet table), best first."""
-    if METRIC not in results:  # every job failed: no figures at all
-        results = results.assign(**{METRIC: math.nan})
-    configs = sorted(results["config"].unique().tolist()) if len(results) else []
-    names = labels(configs)
-    ok = results[(results["status"] == "ok") & results[METRIC].notna()] if len(results) else results
-    rows = []
-    for config in configs:
-        group = ok[ok["config"] == config]
-        all_rows = results[results["config"] == config]
-        mean, low, high = mean_ci(group[METRIC].to_numpy(float), alpha)
-        policies = all_rows["policy"].dropna().unique()
-        row = {
-            "config": config,
-            "label": names[config],
-            "policy": policies[0] if len(policies) else None,
-            "n": len(group),
-            "n_failed": int((all_rows["status"] != "ok").sum()),
-            "fitness_mean": mean,
-            "fitness_std": float(group[METRIC].std(ddof=1)) if len(group) > 1 else math.nan,
-            "fitness_ci_low": low,
-            "fitness_ci_high": high,
-        }
-        for key in KEY_FIGURES:
-            row[f"{key}_mean"] = float(group[key].mean()) if key in group and len(group) else math.nan
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    if table.empty:
-        return table
+def _config_row(config: str, label: str, group: pd.DataFrame, all_rows: pd.DataFrame, alpha: float) -> dict:
+    """The figures of one config: ``group`` its successful jobs, ``all_rows`` all of them."""
+    mean, low, high = mean_ci(group[METRIC].to_numpy(float), alpha)
+    policies = all_rows["policy"].dropna().unique()
+    row = {
+        "config": config,
+        "label": label,
+        "policy": policies[0] if len(policies) else None,
+        "n": len(group),
+        "n_failed": int((all_rows["status"] != "ok").sum()),
+        "fitness_mean": mean,
+        "fitness_std": float(group[METRIC].std(ddof=1)) if len(group) > 1 else math.nan,
+        "fitness_ci_low": low,
+        "fitness_ci_high": high,
+    }
+    for key in KEY_FIGURES:
+        row[f"{key}_mean"] = float(group[key].mean()) if key in group and len(group) else math.nan
+    return row
+
+
+def _compare_all(
+    table: pd.DataFrame, ok: pd.DataFrame, alpha: float
+) -> tuple[str | None, dict[str, Comparison]]:
+    """The best config and every other config (with results) compared with it."""
     ranked = table[table["n"] > 0].sort_values(["fitness_mean", "config"], ascending=[False, True])
     best = ranked["config"].iloc[0] if len(ranked) else None
     comparisons: dict[str, Comparison] = {}
@@ -144,6 +151,13 @@ def rank_configs(results: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         for config in ranked["config"]:
             if config != best:
                 comparisons[config] = compare(best_series, _per_seed(ok[ok["config"] == config]), alpha)
+    return best, comparisons
+
+
+def _add_tests(
+    table: pd.DataFrame, best: str | None, comparisons: dict[str, Comparison], alpha: float
+) -> None:
+    """Fill the rank and the comparison columns of ``table`` in place."""
     adjusted = dict(zip(comparisons, holm([c.p_value for c in comparisons.values()])))
     table["rank"] = table["fitness_mean"].rank(ascending=False, method="min").astype("Int64")
     table["tied_with_best"] = False
@@ -172,6 +186,25 @@ def rank_configs(results: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         ] = [comp.n, comp.diff_mean, comp.diff_low, comp.diff_high, comp.p_value, p_adj, comp.test]
         table.loc[i, "tied_with_best"] = not worse
     table["n_paired"] = table["n_paired"].astype(int)
+
+
+def rank_configs(results: pd.DataFrame, alpha: float = 0.05, parts: Parts | None = None) -> pd.DataFrame:
+    """One row per config of ``results`` (the results.parquet table), best first. ``parts`` are the
+    configs' overrides (see :func:`config_parts`), which the labels leave out when all configs share them."""
+    if METRIC not in results:  # every job failed: no figures at all
+        results = results.assign(**{METRIC: math.nan})
+    configs = sorted(results["config"].unique().tolist()) if len(results) else []
+    names = labels(configs, parts)
+    ok = results[(results["status"] == "ok") & results[METRIC].notna()] if len(results) else results
+    rows = [
+        _config_row(c, names[c], ok[ok["config"] == c], results[results["config"] == c], alpha)
+        for c in configs
+    ]
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    best, comparisons = _compare_all(table, ok, alpha)
+    _add_tests(table, best, comparisons, alpha)
     table = table.sort_values(["rank", "config"], na_position="last", kind="stable").reset_index(drop=True)
     lead = ["config", "n", "fitness_mean", "fitness_ci_low", "fitness_ci_high", "rank", "tied_with_best"]
     return table[lead + [c for c in table.columns if c not in lead]]

@@ -2,7 +2,8 @@
 
 Rows are what travels through Ray's object store and what results.parquet holds; the per-request and
 per-instance tables stay in the job's own directory. Swept values also appear as typed ``param.<key>``
-columns so the report can plot a metric against a numeric parameter without re-parsing strings.
+columns so the report can plot a metric against a numeric parameter: numbers come from the parsed
+override (distsim.runner.overrides), never from its text.
 """
 
 from __future__ import annotations
@@ -33,22 +34,9 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def typed(value: str) -> Any:
-    """An override's value as int or float when it reads as one, else the text."""
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
-
-
 def params(job: Job) -> dict[str, Any]:
-    out = {}
-    for override in job.config:
-        key, _, value = override.partition("=")
-        out[PARAM_PREFIX + key.lstrip("+~")] = typed(value)
-    return out
+    """A ``param.<key>`` column per override of the job's config, valued from its typed pair."""
+    return {PARAM_PREFIX + o.key: o.column_value for o in job.config}
 
 
 def base_row(job: Job, *, policy: str | None = None, seed: int | None = None) -> dict[str, Any]:

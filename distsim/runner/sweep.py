@@ -48,6 +48,7 @@ class SweepOutcome:
     times: DriverTimes = field(default_factory=DriverTimes)
     replaced_workers: int = 0
     exit_code: int = 0
+    parts: dict[str, tuple[str, ...]] | None = None  # each config's overrides, for labels
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -178,6 +179,43 @@ def _previous_rows(plan: SweepPlan, sweep_dir: Path) -> dict[int, dict[str, Any]
     return previous
 
 
+def _run_todo(
+    plan: SweepPlan,
+    todo: list[Job],
+    compose: Composer,
+    sweep_dir: Path,
+    settings: RunnerSettings,
+    cwd: str,
+    rows: list[dict[str, Any]],
+) -> tuple[int, int, DriverTimes]:
+    """Compose and run the jobs not done yet, appending their rows; (workers, replaced, times)."""
+    make_blobs = lambda: compose_all(todo, plan, compose)
+    compose_s = 0.0
+    if not _ray_running():
+        t0 = time.perf_counter()
+        blobs = make_blobs()
+        compose_s = time.perf_counter() - t0
+        make_blobs = lambda: blobs
+    progress = Progress(len(plan.jobs), skipped=len(plan.jobs) - len(todo), enabled=settings.progress)
+    try:
+        workers, times, replaced = _execute(todo, make_blobs, sweep_dir, settings, progress, cwd, rows)
+    finally:
+        progress.close()
+    times.compose_s += compose_s
+    return workers, replaced, times
+
+
+def _tables(
+    plan: SweepPlan, rows: list[dict[str, Any]], sweep_dir: Path, alpha: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """results.parquet and ranking.csv of the rows so far."""
+    results = frame(rows)
+    ranking = rank_configs(results, alpha, plan.config_texts())
+    outputs.write_parquet(sweep_dir / store.RESULTS_FILE, results)
+    outputs.write_csv(sweep_dir / store.RANKING_FILE, ranking)
+    return results, ranking
+
+
 def _run_claimed(
     plan: SweepPlan,
     compose: Composer,
@@ -199,44 +237,19 @@ def _run_claimed(
     interrupted = False
     try:
         if todo:
-            make_blobs = lambda: compose_all(todo, plan, compose)
-            compose_s = 0.0
-            if not _ray_running():
-                t0 = time.perf_counter()
-                blobs = make_blobs()
-                compose_s = time.perf_counter() - t0
-                make_blobs = lambda: blobs
-            progress = Progress(len(plan.jobs), skipped=len(previous), enabled=settings.progress)
-            try:
-                workers, times, replaced = _execute(todo, make_blobs, sweep_dir, settings, progress, cwd, rows)
-            finally:
-                progress.close()
-            times.compose_s += compose_s
+            workers, replaced, times = _run_todo(plan, todo, compose, sweep_dir, settings, cwd, rows)
     except KeyboardInterrupt:
         interrupted = True
     if interrupted and not rows:
         raise SweepInterrupted(sweep_dir, 0, len(plan.jobs))
     t0 = time.perf_counter()
-    results = frame(rows)
-    ranking = rank_configs(results, settings.alpha)
-    outputs.write_parquet(sweep_dir / store.RESULTS_FILE, results)
-    outputs.write_csv(sweep_dir / store.RANKING_FILE, ranking)
+    results, ranking = _tables(plan, rows, sweep_dir, settings.alpha)
     times.finalize_s = time.perf_counter() - t0
     failed = int((results["status"] != "ok").sum())
     outcome = SweepOutcome(
-        sweep_dir,
-        results,
-        ranking,
-        len(plan.jobs),
-        len(results) - failed,
-        failed,
-        len(previous),
-        workers,
-        time.perf_counter() - t_start,
-        times,
-        replaced,
-        _exit_code(results, settings.strict),
-    )
+        sweep_dir, results, ranking, len(plan.jobs), len(results) - failed, failed, len(previous), workers,
+        time.perf_counter() - t_start, times, replaced, _exit_code(results, settings.strict), plan.config_texts(),
+    )  # fmt: skip
     _write_meta(outcome, plan, settings, interrupted=interrupted)
     if interrupted:
         raise SweepInterrupted(sweep_dir, len(rows), len(plan.jobs))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from distsim.runner import store
-from distsim.runner.ranking import common_overrides
+from distsim.runner.ranking import Parts, common_overrides
 
 if TYPE_CHECKING:
     from distsim.runner.sweep import SweepOutcome
@@ -32,70 +32,67 @@ def _p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def format_ranking(ranking: pd.DataFrame, alpha: float = 0.05, max_label: int = 48) -> str:
-    """A table of the ranking, best first, with a legend."""
-    if ranking.empty:
-        return "no configurations to rank"
-    digits = 3 if ranking["fitness_mean"].abs().max() < 1000 else 1
-    head = [
-        "",
-        "rank",
-        "config",
-        "n",
-        "fitness",
-        "95% CI",
-        "vs best",
-        "p(Holm)",
-        "ttft p99",
-        "tpot p99",
-        "goodput",
+HEAD = ["", "rank", "config", "n", "fitness", "95% CI", "vs best", "p(Holm)", "ttft p99", "tpot p99", "goodput"]
+LEGEND = (
+    "fitness: mean over seeds with a 95% t-interval; '*' best, '=' not significantly worse than the best "
+    "(paired t-test per seed, Holm-adjusted, alpha {alpha}); vs best = mean paired difference; "
+    "ttft/tpot p99 in ms and goodput in req/s are means over seeds"
+)
+
+
+def _cells(r: pd.Series, digits: int, max_label: int) -> list[str]:
+    """One ranking row as the table's cells."""
+    label = str(r["label"])
+    label = label if len(label) <= max_label else label[: max_label - 3] + "..."
+    rank = "-" if pd.isna(r["rank"]) else str(int(r["rank"]))
+    mark = "*" if r["test"] == "best" else ("=" if r["tied_with_best"] and r["n"] > 0 else "")
+    return [
+        mark,
+        rank,
+        label,
+        str(int(r["n"])) + (f" ({int(r['n_failed'])} failed)" if r["n_failed"] else ""),
+        _num(r["fitness_mean"], digits),
+        _ci(r["fitness_ci_low"], r["fitness_ci_high"], digits),
+        "" if r["test"] == "best" else _num(r["diff_vs_best"], digits),
+        "" if r["test"] == "best" else _p(r["p_holm"]),
+        _num(r["ttft_ms.p99_mean"], 1),
+        _num(r["tpot_ms.p99_mean"], 1),
+        _num(r["goodput.requests_per_s_mean"], 2),
     ]
-    body = []
-    for _, r in ranking.iterrows():
-        label = str(r["label"])
-        label = label if len(label) <= max_label else label[: max_label - 3] + "..."
-        rank = "-" if pd.isna(r["rank"]) else str(int(r["rank"]))
-        mark = "*" if r["test"] == "best" else ("=" if r["tied_with_best"] and r["n"] > 0 else "")
-        diff = "" if r["test"] == "best" else _num(r["diff_vs_best"], digits)
-        body.append(
-            [
-                mark,
-                rank,
-                label,
-                str(int(r["n"])) + (f" ({int(r['n_failed'])} failed)" if r["n_failed"] else ""),
-                _num(r["fitness_mean"], digits),
-                _ci(r["fitness_ci_low"], r["fitness_ci_high"], digits),
-                diff,
-                "" if r["test"] == "best" else _p(r["p_holm"]),
-                _num(r["ttft_ms.p99_mean"], 1),
-                _num(r["tpot_ms.p99_mean"], 1),
-                _num(r["goodput.requests_per_s_mean"], 2),
-            ]
-        )
-    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as lines: rank and config left-aligned, the figures right-aligned, a rule under the head."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     left = {1, 2}
 
     def fmt(row: list[str]) -> str:
         cells = [c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
         return "  ".join(cells).rstrip()
 
-    lines = [fmt(head), "  ".join("-" * w for w in widths)]
-    lines += [fmt(row) for row in body]
-    shared = common_overrides(ranking["config"].tolist()) if len(ranking) > 1 else []
+    return [fmt(rows[0]), "  ".join("-" * w for w in widths), *(fmt(row) for row in rows[1:])]
+
+
+def format_ranking(
+    ranking: pd.DataFrame, alpha: float = 0.05, max_label: int = 48, parts: Parts | None = None
+) -> str:
+    """A table of the ranking, best first, with a legend. ``parts``: the configs' overrides, as for
+    distsim.runner.ranking.rank_configs."""
+    if ranking.empty:
+        return "no configurations to rank"
+    digits = 3 if ranking["fitness_mean"].abs().max() < 1000 else 1
+    lines = _aligned([HEAD, *(_cells(r, digits, max_label) for _, r in ranking.iterrows())])
+    shared = common_overrides(ranking["config"].tolist(), parts) if len(ranking) > 1 else []
     lines.append("")
     if shared:
         lines.append("common overrides: " + " ".join(shared))
-    lines.append(
-        f"fitness: mean over seeds with a 95% t-interval; '*' best, '=' not significantly worse than the best "
-        f"(paired t-test per seed, Holm-adjusted, alpha {alpha}); vs best = mean paired difference; "
-        "ttft/tpot p99 in ms and goodput in req/s are means over seeds"
-    )
+    lines.append(LEGEND.format(alpha=alpha))
     return "\n".join(lines)
 
 
 def report_text(outcome: SweepOutcome, alpha: float = 0.05) -> str:
     """The ranking, the failures and where the files are: what a sweep prints at the end."""
-    lines = [format_ranking(outcome.ranking, alpha), ""]
+    lines = [format_ranking(outcome.ranking, alpha, parts=outcome.parts), ""]
     status = f"{outcome.ok} of {outcome.total} jobs ok"
     if outcome.resumed:
         status += f" ({outcome.resumed} resumed from an earlier run)"

@@ -187,13 +187,14 @@ def compare_on_holdout(
     # content, so a rerun whose best changed never resumes the older policy's results
     digest = hashlib.sha256(policy_yaml.read_bytes()).hexdigest()[:12]
     results = evaluate(configs, seeds, out / f"holdout_{digest}")
-    ranking = rank_configs(results)
+    parts = {" ".join(c): tuple(c) for c in configs}  # each config's overrides, for the labels
+    ranking = rank_configs(results, parts=parts)
     outputs.write_csv(out / "holdout.csv", ranking)
     if echo:
         from distsim.runner.table import format_ranking
 
         print("\nheld-out seeds " + ", ".join(map(str, seeds)) + ":")
-        print(format_ranking(ranking))
+        print(format_ranking(ranking, parts=parts))
     return ranking
 
 

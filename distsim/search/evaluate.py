@@ -9,9 +9,22 @@ from typing import Any
 import pandas as pd
 from hydra import compose
 
-from distsim.runner.plan import Job, SweepPlan
+from distsim.runner.overrides import Override, from_lines
+from distsim.runner.plan import SEED_KEY, Job, SweepPlan
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.sweep import run_sweep
+
+
+def search_plan(configs: list[list[str]], seeds: list[int]) -> SweepPlan:
+    """Every config on every seed, config by config. Each config is parsed once into typed overrides;
+    their text stays as written, since it names the jobs an earlier run left on disk (resume)."""
+    jobs = []
+    for config in configs:
+        parsed = tuple(from_lines(config))
+        for seed in seeds:
+            seed_ovr = Override.of(SEED_KEY, seed, str(seed))
+            jobs.append(Job(len(jobs), (*parsed, seed_ovr), parsed, seed, seed_ovr))
+    return SweepPlan(jobs, (), (SEED_KEY,))
 
 
 def make_evaluator(runner_node: Any, *, config_name: str = "search", echo: bool = False):
@@ -20,14 +33,12 @@ def make_evaluator(runner_node: Any, *, config_name: str = "search", echo: bool 
     settings = RunnerSettings.from_node(runner_node)
 
     def evaluate(configs: list[list[str]], seeds: list[int], sweep_dir: Path) -> pd.DataFrame:
-        jobs = []
-        for config in configs:
-            for seed in seeds:
-                override = f"seed={seed}"
-                jobs.append(Job(len(jobs), (*config, override), tuple(config), seed, override))
-        plan = SweepPlan(jobs, (), ("seed",))
         outcome = run_sweep(
-            plan, lambda ovs: compose(config_name=config_name, overrides=ovs), sweep_dir, settings, echo=echo
+            search_plan(configs, seeds),
+            lambda ovs: compose(config_name=config_name, overrides=ovs),
+            sweep_dir,
+            settings,
+            echo=echo,
         )
         return outcome.results
 
