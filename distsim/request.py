@@ -1,8 +1,10 @@
 """The request: what a workload emits and what flows through the cluster.
 
 Workload fields are set by the source and never changed afterwards. Runtime fields belong to the
-cluster and the instance that serves the request; only they write them. Times are integer
-microseconds of simulated time; ``-1`` means "not yet".
+cluster and the instance that serves the request; only they write them, and the metrics read them.
+Times are integer microseconds of simulated time; ``-1`` means "not yet". The instance's scratch
+bookkeeping (phase, KV blocks, computed tokens) is no field here but one object on ``seq``, owned by
+the serving instance (see :mod:`distsim.instance.sequence`).
 """
 
 from __future__ import annotations
@@ -48,16 +50,10 @@ class Request:
         "completion_us",
         "last_token_us",
         "generated",
-        "computed",
         "cached_tokens",
         "preemptions",
-        "shared_blocks",
-        "private_blocks",
-        "alloc_tokens",
-        "decode_offset",
-        "decode_epoch",
-        "phase",
-        "hashed_blocks",
+        # the serving instance's own bookkeeping
+        "seq",
     )
 
     def __init__(
@@ -97,17 +93,12 @@ class Request:
         self.first_token_us = -1
         self.completion_us = -1
         self.last_token_us = -1
-        self.generated = 0  # output tokens emitted so far
-        self.computed = 0  # tokens whose KV is computed (vLLM's num_computed_tokens)
+        self.generated = 0  # output tokens emitted so far (while decoding, updated only at its end)
         self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
         self.preemptions = 0
-        self.shared_blocks: list = []  # hash keys of cache blocks this request holds a reference on
-        self.private_blocks = 0  # blocks held outside the prefix cache (prefill phase bookkeeping)
-        self.alloc_tokens = 0  # tokens with KV slots allocated (prefill phase bookkeeping)
-        self.decode_offset = 0  # decode phase: generated = decode_offset + instance step index
-        self.decode_epoch = -1  # decode phase: bumps on every (re)join, invalidates stale heap entries
-        self.phase = 0  # instance-side phase: 0 waiting, 1 prefill, 2 decode, 3 done
-        self.hashed_blocks = 0  # prompt blocks already offered to the prefix cache
+        # The instance serving it keeps its per-sequence state here (distsim.instance.sequence.SeqState:
+        # phase, computed tokens, blocks); None until an instance takes it. Only that instance reads it.
+        self.seq = None
 
     def __repr__(self) -> str:
         return (

@@ -43,11 +43,12 @@ class BatchLimitProbe:
 
         def planned(now):
             original(now)
-            if inst.plan_steps:
-                tokens = sum(n for _, n in inst.plan_chunks) + inst.plan_decoders
+            plan = inst.plan
+            if plan.steps:
+                tokens = sum(n for _, n in plan.chunks) + plan.decoders
                 assert tokens <= inst.max_tokens, f"{tokens} tokens > budget {inst.max_tokens}"
                 assert len(inst.running) <= inst.max_seqs
-                assert inst.plan_decoders + len(inst.plan_chunks) <= inst.max_seqs
+                assert plan.decoders + len(plan.chunks) <= inst.max_seqs
                 self.steps += 1
 
         inst._plan_next = planned
@@ -106,7 +107,7 @@ def test_invariants_hold_after_every_event(c):
     # all blocks come back at the end
     for inst in sim.cluster.instances:
         assert inst.kv.used() == 0 and not inst.running and not inst.waiting
-        assert inst.kv.free + len(inst.kv.evictable) == inst.kv.total
+        assert inst.kv.available() == inst.kv.total
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

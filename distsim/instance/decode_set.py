@@ -1,0 +1,108 @@
+"""The decoding requests of one instance, kept as aggregates so a step costs the same for any batch.
+
+A decoder is never touched per step. With ``c`` the number of steps the instance has completed and
+``r = prompt + decode_offset`` fixed at its join:
+
+    generated       = decode_offset + c
+    step s attends  = r + s tokens (its KV slots after allocating for step s)
+    needs a block   at step s iff (r + s - 1) % block_size == 0
+    finishes        at the end of step  output_tokens - 1 - decode_offset
+
+So the set keeps the count, the sum of ``r`` (the batch's context at step ``c`` is ``sum_r + count * c``),
+the count per ``r % block_size`` (the blocks step ``s`` needs are one lookup) and a heap of finish steps.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from distsim.instance.phase import Phase
+
+if TYPE_CHECKING:
+    from distsim.request import Request
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class DecodeSet:
+    """Count, summed context base, count per block-boundary phase and finish heap of the decoders."""
+
+    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap")
+
+    def __init__(self, block_size: int):
+        self.bs = block_size
+        self.count = 0
+        self.ctx_base = 0  # sum over decoders of prompt + decode_offset
+        self.phase_counts = [0] * block_size  # decoders by (prompt + decode_offset) % block_size
+        # (finish step, request id, decode epoch, request); an entry whose epoch is not the request's is stale
+        self.finish_heap: list[tuple[int, int, int, Request]] = []
+
+    def join(self, req: Request, step: int) -> None:
+        """``req`` decodes from step ``step`` on, having generated ``req.generated`` tokens before it."""
+        seq = req.seq
+        seq.phase = Phase.DECODE
+        seq.decode_offset = offset = req.generated - step
+        r = req.prompt_tokens + offset
+        self.count += 1
+        self.ctx_base += r
+        self.phase_counts[r % self.bs] += 1
+        seq.decode_epoch = epoch = seq.decode_epoch + 1
+        heapq.heappush(self.finish_heap, (req.output_tokens - 1 - offset, req.request_id, epoch, req))
+
+    def leave(self, req: Request) -> None:
+        """``req`` stops decoding (finished or preempted); its heap entry goes stale."""
+        seq = req.seq
+        r = req.prompt_tokens + seq.decode_offset
+        self.count -= 1
+        self.ctx_base -= r
+        self.phase_counts[r % self.bs] -= 1
+        seq.decode_epoch += 1
+
+    def finished_by(self, last: int) -> list[Request]:
+        """Take out the decoders whose last step is at or before step ``last``, in finish order."""
+        heap = self.finish_heap
+        done = []
+        while heap and heap[0][0] <= last:
+            _, _, epoch, req = heapq.heappop(heap)
+            if req.seq.decode_epoch != epoch:
+                continue  # left (preempted) since it was pushed
+            self.leave(req)
+            done.append(req)
+        return done
+
+    def private_blocks(self, req: Request, step: int) -> int:
+        """Blocks outside the prefix cache that decoder ``req`` holds once step ``step`` has its slots."""
+        seq = req.seq
+        return ceil_div(req.prompt_tokens + seq.decode_offset + step, self.bs) - len(seq.shared_blocks)
+
+    def block_need(self, c0: int, k: int) -> int:
+        """Blocks the decoders need over steps c0 .. c0+k-1 (one per decoder per block boundary)."""
+        bs = self.bs
+        counts = self.phase_counts
+        full, rem = divmod(k, bs)
+        need = full * self.count
+        for j in range(rem):
+            need += counts[(1 - c0 - j) % bs]
+        return need
+
+    def run_length(self, c: int, available: int) -> int:
+        """How many decode-only steps can run from step ``c`` before anyone finishes or the ``available``
+        blocks run out: up to and including the earliest finish, as far as the blocks reach."""
+        heap = self.finish_heap
+        while heap[0][3].seq.decode_epoch != heap[0][2]:
+            heapq.heappop(heap)
+        run = heap[0][0] - c + 1
+        if run <= 1:
+            return run
+        bs = self.bs
+        # cheap bound first: each decoder needs at most ceil(run / bs) blocks over the run
+        if self.count * ceil_div(run, bs) <= available:
+            return run
+        steps = np.arange(c, c + run, dtype=np.int64)
+        need = np.asarray(self.phase_counts, dtype=np.int64)[(1 - steps) % bs]
+        return int(np.searchsorted(np.cumsum(need), available, side="right"))

@@ -1,0 +1,54 @@
+"""The counters an instance keeps for instances.parquet and the summary."""
+
+from __future__ import annotations
+
+from array import array
+
+
+class InstanceStats:
+    """Counts and inter-token-latency samples of one instance."""
+
+    __slots__ = (
+        "busy_us",
+        "steps",
+        "prefill_tokens",
+        "decode_tokens",
+        "peak_used_blocks",
+        "preemptions",
+        "completed",
+        "handed_off",
+        "dropped",
+        "too_long",
+        "admitted",
+        "cached_tokens",
+        "prompt_tokens",
+        "itl_step_durations",
+        "itl_step_weights",
+        "itl_run_durations",
+        "itl_run_counts",
+        "itl_run_weights",
+        "itl_single",
+    )
+
+    def __init__(self):
+        self.busy_us = 0
+        self.steps = 0
+        self.prefill_tokens = 0
+        self.decode_tokens = 0
+        self.peak_used_blocks = 0
+        self.preemptions = 0
+        self.completed = 0  # requests that finished here (their last token)
+        self.handed_off = 0  # P/D prefill side: prompts computed here and passed to a decode instance
+        self.dropped = 0
+        self.too_long = 0  # rejected on arrival: prompt + output over max_model_len
+        self.admitted = 0
+        self.cached_tokens = 0
+        self.prompt_tokens = 0
+        # Inter-token latency samples, kept weighted: a step of duration d in which b requests decode
+        # gives b gaps of d. Runs of steps keep their duration arrays; gaps after a preemption are single.
+        self.itl_step_durations: list[int] = []
+        self.itl_step_weights: list[int] = []
+        self.itl_run_durations = array("q")  # the steps of all runs, back to back
+        self.itl_run_counts: list[int] = []  # steps per run
+        self.itl_run_weights: list[int] = []  # decoding requests per run
+        self.itl_single: list[int] = []
