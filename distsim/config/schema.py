@@ -119,7 +119,9 @@ def _policy_node(name: str, base: list[tuple[str, type, Any]], registry_name: st
     for pname, ptype in sorted(union.items()):
         is_dict = typing.get_origin(ptype) is dict or dict in [typing.get_origin(a) for a in typing.get_args(ptype)]
         extra.append((pname, ptype | None, field(default_factory=dict) if is_dict else field(default=None)))
-    return make_dataclass(name, [(n, t, field(default=d)) for n, t, d in base] + extra)
+    node = make_dataclass(name, [(n, t, field(default=d)) for n, t, d in base] + extra)
+    node.__module__ = __name__  # so pickle (Ray, the sweep's config blobs) finds it as schema.<name>
+    return node
 
 
 # time the decision adds before the request reaches its instance
