@@ -24,6 +24,8 @@ from distsim.instance.phase import Phase
 if TYPE_CHECKING:
     from distsim.request import Request
 
+DECODE = Phase.DECODE  # a module global: Phase.DECODE goes through the enum's metaclass each time
+
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -45,7 +47,7 @@ class DecodeSet:
     def join(self, req: Request, step: int) -> None:
         """``req`` decodes from step ``step`` on, having generated ``req.generated`` tokens before it."""
         seq = req.seq
-        seq.phase = Phase.DECODE
+        seq.phase = DECODE
         seq.decode_offset = offset = req.generated - step
         r = req.prompt_tokens + offset
         self.count += 1

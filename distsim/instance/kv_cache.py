@@ -8,8 +8,8 @@ only when the free ones run out (SGLang and vLLM both keep hot prefixes this way
 queue may evict a cached block earlier, while never-used blocks remain).
 
 Because private blocks are interchangeable they are only counted: the instance knows how many each
-request holds. The invariant ``free + evictable + referenced + sum(private) == total`` is checked by
-:meth:`Instance.check_invariants` in the tests after every step.
+request holds. The invariant ``free + evictable + referenced + sum(private) == total`` (INV-2 in
+docs/invariants.md) is checked by :meth:`Instance.check_invariants` in the tests after every event.
 """
 
 from __future__ import annotations

@@ -1,0 +1,32 @@
+"""INV-9 (docs/invariants.md): no admission or routing policy reads a request's true output length.
+
+A real router cannot know how many tokens a request will generate; a policy that read
+``Request.output_tokens`` would make the simulated policy look better than any deployable one. Policies
+receive the request itself (for its prompt, prefix hashes, tenant, SLOs), so this is checked on their
+source: no attribute, ``getattr`` name or string in distsim/policies names the output length.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+POLICIES = Path(__file__).resolve().parents[1] / "distsim" / "policies"
+FORBIDDEN = {"output_tokens"}
+
+
+def _mentions(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN:
+            found.append(f"{path.name}:{node.lineno} .{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in FORBIDDEN:
+            found.append(f"{path.name}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_no_policy_reads_the_output_length():
+    files = sorted(POLICIES.rglob("*.py"))
+    assert len(files) > 10  # the policies and scorers are where this test looks
+    found = [hit for path in files for hit in _mentions(path)]
+    assert not found, f"policies read the true output length: {found}"
