@@ -47,24 +47,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
 
-def calibrate(
-    runs: Sequence[MeasuredRun],
-    kind: str = "roofline",
-    overrides: Sequence[str] = (),
-    *,
-    budget: int = 300,
-    name: str | None = None,
-    command: str | None = None,
-) -> Calibration:
-    """Fit ``kind`` to ``runs`` and describe the result as a profile (not yet written)."""
-    if budget < 1:
-        raise UserError(f"calibrate: budget must be at least 1 simulation (got {budget})")
-    result = fit(runs, kind, overrides, budget=budget)
-    cfg = replay_config(runs[0], overrides)
-    hardware = load_hardware(cfg.cluster.hardware).name
-    model = load_model(cfg.cluster.model).name
-    name = name or _slug(f"{hardware}-{model}-{kind}")
-    provenance = {
+def _provenance(runs: Sequence[MeasuredRun], overrides: Sequence[str], budget: int, result, command: str | None) -> dict:
+    """Where a fitted profile came from: the runs (with hashes), the objective, the optimiser, the errors."""
+    return {
         "runs": [
             {
                 "name": r.name,
@@ -93,6 +78,26 @@ def calibrate(
         "command": command,
         "distsim_version": __version__,
     }
+
+
+def calibrate(
+    runs: Sequence[MeasuredRun],
+    kind: str = "roofline",
+    overrides: Sequence[str] = (),
+    *,
+    budget: int = 300,
+    name: str | None = None,
+    command: str | None = None,
+) -> Calibration:
+    """Fit ``kind`` to ``runs`` and describe the result as a profile (not yet written)."""
+    if budget < 1:
+        raise UserError(f"calibrate: budget must be at least 1 simulation (got {budget})")
+    result = fit(runs, kind, overrides, budget=budget)
+    cfg = replay_config(runs[0], overrides)
+    hardware = load_hardware(cfg.cluster.hardware).name
+    model = load_model(cfg.cluster.model).name
+    name = name or _slug(f"{hardware}-{model}-{kind}")
+    provenance = _provenance(runs, overrides, budget, result, command)
     profile = LatencyProfile(
         name=name,
         kind=kind,

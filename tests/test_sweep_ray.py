@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from distsim import load_config, simulate
+from distsim.errors import UserError
 from distsim.runner import store
 from distsim.runner.api import sweep
 from distsim.simulate import summary_json
@@ -101,30 +102,30 @@ def test_a_killed_worker_is_replaced_and_failing_jobs_are_reported(ray_session, 
     monkeypatch.setenv("DISTSIM_FAULT_RAISE", "1")
     monkeypatch.setenv("DISTSIM_FAULT_EXIT", f"2:{marker}")
     out = tmp_path / "sweep"
-    outcome = sweep(
-        ["workload.num_requests=200", "cluster.instances=2,0", "seed=0,1,2"],
-        out,
-        num_workers=2,
-        progress=False,
-        echo=False,
-    )
+    outcome = sweep(["workload.num_requests=200", "cluster.instances=2", "seed=0,1,2"], out, num_workers=2,
+                    progress=False, echo=False)
     res = outcome.results.set_index("job")
     assert marker.exists() and outcome.replaced_workers == 1  # the worker running job 2 died once
     assert res.loc[2, "status"] == "ok" and res.loc[2, "run.attempts"] == 2
     assert (
         res.loc[1, "status"] == "failed"
         and "injected fault" in res.loc[1, "error"]
+        and res.loc[1, "error_kind"] == "exception"
         and res.loc[1, "run.attempts"] == 1
     )
     assert (out / "1" / "error.txt").exists()
-    for job in (3, 4, 5):  # cluster.instances=0: the user's mistake, reported once, not retried
-        assert res.loc[job, "status"] == "failed" and res.loc[job, "error_kind"] == "user"
-        assert "cluster.instances" in res.loc[job, "error"] and res.loc[job, "run.attempts"] == 1
     assert res.loc[0, "status"] == "ok"
-    assert (outcome.ok, outcome.failed, outcome.exit_code) == (2, 4, 0)
+    assert (outcome.ok, outcome.failed, outcome.exit_code) == (2, 1, 0)
     ranking = pd.read_csv(out / "ranking.csv").set_index("config")
     assert ranking.loc["workload.num_requests=200 cluster.instances=2", "n"] == 2
-    assert ranking.loc["workload.num_requests=200 cluster.instances=0", "n"] == 0
+
+
+def test_a_bad_value_in_any_configuration_stops_the_sweep_before_its_first_job(tmp_path):
+    out = tmp_path / "sweep"
+    with pytest.raises(UserError, match=r"cluster.instances: must be >= 1.*configuration: .*cluster.instances=0"):
+        sweep(["workload.num_requests=200", "cluster.instances=2,0", "seed=0,1"], out, num_workers=1,
+              progress=False, echo=False)
+    assert not list(out.glob("*/result.json")) and not (out / "results.parquet").exists()
 
 
 def test_a_job_whose_worker_keeps_dying_fails_after_the_retries(ray_session, tmp_path, monkeypatch):

@@ -346,6 +346,8 @@ def _experts(r: FieldReader) -> tuple[int, int]:
     return experts, top_k
 
 
+# long: one straight derivation of the parameter groups from the HF fields, read top to bottom; the
+# intermediate sizes (heads, head_dim, experts, MLA ranks) feed several groups, so splitting would pass them all around
 def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = "cluster.model") -> ModelSpec:
     """Validate an HF config dict and derive a :class:`ModelSpec` (``where`` names the file in errors)."""
     r = FieldReader(cfg, where, key)

@@ -65,72 +65,69 @@ class Recorder:
 
     def table(self) -> pd.DataFrame:
         """requests.parquet's columns, one row per request, sorted by request_id."""
-        if self.records:
-            cols = list(zip(*self.records))
-        else:
-            cols = [()] * len(_FIELDS)
-        raw = {name: col for name, col in zip(_FIELDS, cols)}
-        order = np.argsort(np.asarray(raw["request_id"], dtype=np.int64), kind="stable")
-
-        def ints(name):
-            return np.asarray(raw[name], dtype=np.int64)[order]
-
-        def ms(name):
-            us = ints(name)
-            out = us.astype(np.float64) / 1000.0
-            out[us < 0] = np.nan
-            return out
-
-        def slo(name, default):
-            vals = np.asarray([default if v is None else v for v in raw[name]], dtype=np.float64)
-            return vals[order]
-
-        arrival_us = ints("arrival_us")
-        first_sched_us = ints("first_scheduled_us")
-        first_token_us = ints("first_token_us")
-        completion_us = ints("completion_us")
-
-        def since_arrival(us):
-            """Milliseconds from arrival, computed in integer microseconds (exact), NaN for 'never'."""
-            out = (us - arrival_us).astype(np.float64) / 1000.0
-            out[us < 0] = np.nan
-            return out
-
-        status_codes = ints("status")
-        out_tokens = ints("output_tokens")
-        ttft = since_arrival(first_token_us)
-        e2e = since_arrival(completion_us)
+        c = _Columns(self.records)
+        status_codes = c.ints("status")
+        out_tokens = c.ints("output_tokens")
+        first_token_us, completion_us = c.ints("first_token_us"), c.ints("completion_us")
+        ttft = c.since_arrival(first_token_us)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(out_tokens > 1, (completion_us - first_token_us) / 1000.0 / (out_tokens - 1), np.nan)
         tpot[status_codes != int(Status.COMPLETED)] = np.nan
         frame = pd.DataFrame(
             {
-                "request_id": ints("request_id"),
-                "tenant": ints("tenant"),
-                "slo_class": pd.array(np.asarray(raw["slo_class"], dtype=object)[order], dtype="string"),
-                "session_id": ints("session_id"),
-                "arrival_ms": ms("arrival_us"),
+                "request_id": c.ints("request_id"),
+                "tenant": c.ints("tenant"),
+                "slo_class": pd.array(np.asarray(c.raw["slo_class"], dtype=object)[c.order], dtype="string"),
+                "session_id": c.ints("session_id"),
+                "arrival_ms": c.ms("arrival_us"),
                 "status": pd.Categorical.from_codes(status_codes, categories=[STATUS_NAMES[s] for s in Status]),
-                "instance": ints("instance"),
-                "prefill_instance": ints("prefill_instance"),
-                "input_tokens": ints("input_tokens"),
+                "instance": c.ints("instance"),
+                "prefill_instance": c.ints("prefill_instance"),
+                "input_tokens": c.ints("input_tokens"),
                 "output_tokens": out_tokens,
-                "cached_tokens": ints("cached_tokens"),
-                "first_token_ms": ms("first_token_us"),
-                "completion_ms": ms("completion_us"),
+                "cached_tokens": c.ints("cached_tokens"),
+                "first_token_ms": c.ms("first_token_us"),
+                "completion_ms": c.ms("completion_us"),
                 "ttft_ms": ttft,
                 "tpot_ms": tpot,
-                "e2e_ms": e2e,
-                "queue_ms": since_arrival(first_sched_us),
-                "preemptions": ints("preemptions"),
-                "ttft_slo_ms": slo("ttft_slo_ms", self.default_ttft_slo_ms),
-                "tpot_slo_ms": slo("tpot_slo_ms", self.default_tpot_slo_ms),
+                "e2e_ms": c.since_arrival(completion_us),
+                "queue_ms": c.since_arrival(c.ints("first_scheduled_us")),
+                "preemptions": c.ints("preemptions"),
+                "ttft_slo_ms": c.slo("ttft_slo_ms", self.default_ttft_slo_ms),
+                "tpot_slo_ms": c.slo("tpot_slo_ms", self.default_tpot_slo_ms),
             }
         )
-        met = (
+        frame["met_slo"] = (
             (frame["status"] == "completed").to_numpy()
             & (np.nan_to_num(ttft, nan=np.inf) <= frame["ttft_slo_ms"].to_numpy())
             & (np.nan_to_num(tpot, nan=0.0) <= frame["tpot_slo_ms"].to_numpy())
         )
-        frame["met_slo"] = met
         return frame
+
+
+class _Columns:
+    """The records as columns in request_id order, with the conversions the table needs."""
+
+    def __init__(self, records: list[tuple]):
+        cols = list(zip(*records)) if records else [()] * len(_FIELDS)
+        self.raw = dict(zip(_FIELDS, cols))
+        self.order = np.argsort(np.asarray(self.raw["request_id"], dtype=np.int64), kind="stable")
+        self.arrival_us = self.ints("arrival_us")
+
+    def ints(self, name: str) -> np.ndarray:
+        return np.asarray(self.raw[name], dtype=np.int64)[self.order]
+
+    def ms(self, name: str) -> np.ndarray:
+        us = self.ints(name)
+        out = us.astype(np.float64) / 1000.0
+        out[us < 0] = np.nan
+        return out
+
+    def slo(self, name: str, default: float) -> np.ndarray:
+        return np.asarray([default if v is None else v for v in self.raw[name]], dtype=np.float64)[self.order]
+
+    def since_arrival(self, us: np.ndarray) -> np.ndarray:
+        """Milliseconds from arrival, computed in integer microseconds (exact), NaN for 'never'."""
+        out = (us - self.arrival_us).astype(np.float64) / 1000.0
+        out[us < 0] = np.nan
+        return out

@@ -64,5 +64,19 @@ def compose_all(jobs: Sequence[Job], plan: SweepPlan, compose: Composer) -> dict
                 raise
             except Exception as err:  # Hydra's and OmegaConf's composition errors: the user's overrides
                 raise UserError(f"config error: {_one_line(err)}") from None
-            blobs[key] = pickle.dumps(task_config(cfg))
+            cfg = task_config(cfg)
+            _check_configuration(cfg, job)
+            blobs[key] = pickle.dumps(cfg)
     return blobs
+
+
+def _check_configuration(cfg: DictConfig, job: Job) -> None:
+    """Resolve the configuration (distsim.config.scenario.resolve) so a bad value in any section stops
+    the sweep before its first job, with one line naming the key and the configuration."""
+    from distsim.config.scenario import resolve
+
+    try:
+        resolve(cfg)
+    except UserError as err:
+        label = " ".join(texts(job.config)) or "(no overrides)"
+        raise UserError(f"{err} (configuration: {label})") from None

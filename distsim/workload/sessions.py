@@ -54,6 +54,8 @@ class Sessions:
             else checks.integer(f"{key}.max_context_tokens", cfg.max_context_tokens, low=1)
         )
 
+    # long: one generator interleaving first turns and follow-up turns in arrival order; the heap, counters
+    # and buffered samplers are its loop state, and their draw order fixes the request stream (golden tests)
     def merge(
         self,
         firsts: Iterator[tuple],

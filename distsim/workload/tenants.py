@@ -53,6 +53,8 @@ class Tags:
 class Tagger:
     """Draws tenants and classes and resolves their SLOs, priorities and length samplers."""
 
+    # long: validates the tenant and class sections and fills the per-tenant, per-class tables in one pass;
+    # the samplers must be created in this order (their index is each row's sampler), which one body keeps plain
     def __init__(self, cfg, key: str = "workload", *, lengths: bool = True):
         tcfg, scfg = cfg.tenants, cfg.slo
         self.count = checks.integer(f"{key}.tenants.count", tcfg.count, low=1)
