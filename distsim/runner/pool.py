@@ -71,23 +71,39 @@ class ActorPool:
         self._actors[slot] = self._new_actor()
         self.replaced += 1
 
+    def _collect(self, ref: Any, slot: int, job: Job, attempts: int, pending: deque[Job]) -> dict | None:
+        """The row of a finished call; None when its worker died and the job goes back to ``pending``."""
+        import ray
+        from ray.exceptions import ObjectLostError, RayActorError, RayError, WorkerCrashedError
+
+        tries = {RUN_PREFIX + "attempts": attempts}
+        try:
+            row = ray.get(ref)
+            row.update(tries)
+            return row
+        except (RayActorError, WorkerCrashedError, ObjectLostError) as err:
+            self._replace(slot)
+            if attempts <= self.max_retries:
+                pending.appendleft(job)
+                return None
+            return failed_row(
+                job, f"worker died {attempts} times: {type(err).__name__}", "worker_died", **tries
+            )
+        except RayError as err:  # outside execute's own guard: record, do not retry
+            first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            return failed_row(job, first, "exception", **tries)
+
     def run(
         self, jobs: list[Job], key_of: Callable[[Job], str], events: PoolEvents, tick_s: float = 0.5
     ) -> list[dict]:
         """Run ``jobs`` and return their rows (in completion order)."""
         import ray
-        from ray.exceptions import ObjectLostError, RayActorError, RayError, WorkerCrashedError
 
         pending = deque(jobs)
         attempts = {job.index: 0 for job in jobs}
         idle = list(range(self.size))
         in_flight: dict[Any, tuple[int, Job]] = {}
         rows: list[dict] = []
-
-        def finish(row: dict) -> None:
-            rows.append(row)
-            events.on_row(row)
-
         while pending or in_flight:
             t0 = time.perf_counter()
             while idle and pending:
@@ -101,26 +117,10 @@ class ActorPool:
             t2 = time.perf_counter()
             for ref in ready:
                 slot, job = in_flight.pop(ref)
-                try:
-                    row = ray.get(ref)
-                    row[RUN_PREFIX + "attempts"] = attempts[job.index]
-                    finish(row)
-                except (RayActorError, WorkerCrashedError, ObjectLostError) as err:
-                    self._replace(slot)
-                    if attempts[job.index] <= self.max_retries:
-                        pending.appendleft(job)
-                    else:
-                        msg = f"worker died {attempts[job.index]} times: {type(err).__name__}"
-                        finish(
-                            failed_row(
-                                job, msg, "worker_died", **{RUN_PREFIX + "attempts": attempts[job.index]}
-                            )
-                        )
-                except RayError as err:  # outside execute's own guard: record, do not retry
-                    first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-                    finish(
-                        failed_row(job, first, "exception", **{RUN_PREFIX + "attempts": attempts[job.index]})
-                    )
+                row = self._collect(ref, slot, job, attempts[job.index], pending)
+                if row is not None:
+                    rows.append(row)
+                    events.on_row(row)
                 idle.append(slot)
             self.times.collect_s += time.perf_counter() - t2
             events.on_tick(len(in_flight))

@@ -62,14 +62,32 @@ def _check(cfg: Any) -> None:
             raise ConfigError("search.baselines", f"no conf/policy/{b}.yaml")
 
 
-def run_search(
-    cfg: Any, out_dir: str | Path, base_overrides: list[str], *, evaluate, echo: bool = True
-) -> SearchResult:
-    """``evaluate(configs, seeds, sweep_dir)`` runs every config (a list of overrides) on every seed
-    and returns the runner's results table; ``base_overrides`` are the user's scenario overrides."""
-    _check(cfg)
-    s = cfg.search
-    out = outputs.prepare_dir(out_dir)
+def _generation_rows(
+    gen: int, cand_values: list[dict[str, Any]], fitness: list[list[float]], seeds: list[int]
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """candidates.parquet rows of one generation, and each candidate's mean fitness for the optimiser
+    (a candidate that failed on a seed is told a very low fitness)."""
+    rows, means = [], []
+    for i, (values, per_seed) in enumerate(zip(cand_values, fitness)):
+        mean = float(sum(per_seed) / len(per_seed)) if all(math.isfinite(f) for f in per_seed) else -math.inf
+        means.append(mean if math.isfinite(mean) else -1e9)
+        overrides = " ".join(SearchSpace.overrides(values))
+        for seed, f in zip(seeds, per_seed):
+            rows.append(
+                {
+                    "generation": gen,
+                    "candidate": i,
+                    "overrides": overrides,
+                    "seed": seed,
+                    "fitness": f,
+                    **values,
+                }
+            )
+    return rows, means
+
+
+def _evolve(s: Any, out: Path, base_overrides: list[str], evaluate, echo: bool) -> pd.DataFrame:
+    """Every generation, asked, evaluated on the training seeds and told: the candidates table."""
     space = SearchSpace(s.space)
     optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed))
     seeds = [int(x) for x in s.train_seeds]
@@ -77,7 +95,6 @@ def run_search(
     generations = int(s.generations)
     if s.budget is not None:
         generations = min(generations, int(s.budget) // (int(s.population) * len(seeds)))
-
     rows: list[dict[str, Any]] = []
     any_ok = False
     for gen in range(generations):
@@ -89,36 +106,32 @@ def run_search(
         any_ok = any_ok or any(all(math.isfinite(f) for f in per_seed) for per_seed in fitness)
         if not any_ok:  # nothing to learn from, and no policy to write: stop now, saying why
             raise SearchFailed(results)
-        told = []
-        for i, ((handle, _), values) in enumerate(zip(asked, cand_values)):
-            per_seed = fitness[i]
-            mean = (
-                float(sum(per_seed) / len(per_seed)) if all(math.isfinite(f) for f in per_seed) else -math.inf
-            )
-            told.append((handle, mean if math.isfinite(mean) else -1e9))
-            for seed, f in zip(seeds, per_seed):
-                rows.append(
-                    {
-                        "generation": gen,
-                        "candidate": i,
-                        "overrides": " ".join(SearchSpace.overrides(values)),
-                        "seed": seed,
-                        "fitness": f,
-                        **values,
-                    }
-                )
-        optimizer.tell(told)
+        gen_rows, means = _generation_rows(gen, cand_values, fitness, seeds)
+        rows += gen_rows
+        optimizer.tell([(handle, mean) for (handle, _), mean in zip(asked, means)])
         if echo:
-            best_gen = max(t for _, t in told)
-            print(f"search: generation {gen + 1}/{generations}: best mean fitness {best_gen:.4f}", flush=True)
-
+            print(
+                f"search: generation {gen + 1}/{generations}: best mean fitness {max(means):.4f}", flush=True
+            )
     table = pd.DataFrame(rows)
     table["mean_fitness"] = table.groupby(["generation", "candidate"])["fitness"].transform("mean")
+    return table
+
+
+def run_search(
+    cfg: Any, out_dir: str | Path, base_overrides: list[str], *, evaluate, echo: bool = True
+) -> SearchResult:
+    """``evaluate(configs, seeds, sweep_dir)`` runs every config (a list of overrides) on every seed
+    and returns the runner's results table; ``base_overrides`` are the user's scenario overrides."""
+    _check(cfg)
+    s = cfg.search
+    out = outputs.prepare_dir(out_dir)
+    table = _evolve(s, out, base_overrides, evaluate, echo)
     outputs.write_parquet(out / "candidates.parquet", table)
     best_row = table.sort_values(
         ["mean_fitness", "generation", "candidate"], ascending=[False, True, True]
     ).iloc[0]
-    best_values = {v.key: best_row[v.key] for v in space.variables}
+    best_values = {v.key: best_row[v.key] for v in SearchSpace(s.space).variables}
     best_values = {k: (v.item() if hasattr(v, "item") else v) for k, v in best_values.items()}
     policy_yaml = write_policy(out, s.name, s.base_policy, best_values)
     plot_convergence(table, out / "convergence.png")
