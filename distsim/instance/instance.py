@@ -342,13 +342,12 @@ class Instance:
             self._allocate_chunk(req.seq, n)
         return chunks, budget, False
 
-    def _allocate_chunk(self, seq: SeqState, n: int) -> int:
+    def _allocate_chunk(self, seq: SeqState, n: int) -> None:
         """Take the blocks a prefill chunk of ``n`` tokens needs (the caller checked they are available)."""
         nb = ceil_div(seq.alloc_tokens + n, self.bs) - ceil_div(seq.alloc_tokens, self.bs)
         self.kv.allocate(nb)
         seq.alloc_tokens += n
         seq.private_blocks += nb
-        return nb
 
     def _admit(self, now: int, budget: int, need_dec: int, chunks: list[tuple[Request, int]]) -> None:
         """The step's admission phase: landed P/D requests, then waiting ones, then KV reservations."""
