@@ -243,7 +243,7 @@ class Cluster:
 
         def put(req: Request, where: str) -> None:
             if req.request_id in places:
-                raise SimulationError(f"request {req.request_id} both {places[req.request_id]} and {where}")
+                raise SimulationError(f"INV-1: request {req.request_id} both {places[req.request_id]} and {where}")
             places[req.request_id] = where
 
         for req in self._transit.values():
@@ -259,11 +259,11 @@ class Cluster:
         handing_off = set(self._in_transfer) | {rid for rid, where in places.items() if where.startswith("awaiting")}
         for inst in self.instances:
             if not set(inst.reserved) <= set(self._in_transfer) or not set(inst.held) <= handing_off:
-                raise SimulationError(f"instance {inst.index}: blocks reserved or held for a request not in a hand-off")
+                raise SimulationError(f"INV-11: instance {inst.index}: blocks reserved or held for a request not in a hand-off")
         recorded = len(self.recorder.records)
         if self.arrived != recorded + len(places):
             raise SimulationError(
-                f"requests not conserved: {self.arrived} arrived != {recorded} recorded + {len(places)} in flight"
+                f"INV-1: requests not conserved: {self.arrived} arrived != {recorded} recorded + {len(places)} in flight"
             )
 
     def decision_table(self):
