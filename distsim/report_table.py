@@ -33,10 +33,14 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
         f"goodput       {_fmt(g['requests_per_s'], 2)} req/s   SLO attainment {_fmt(g['slo_attainment'], 3)}",
         f"prefix cache hit rate {_fmt(summary['prefix_cache_hit_rate'], 3)}   GPU utilization "
         f"{_fmt(summary['gpu_utilization'], 3)}   Jain fairness {_fmt(summary['jain_fairness'], 3)}",
-        f"cost          ${_fmt(summary['cost_usd_per_1k_tokens'], 5)} per 1k tokens",
+        f"cost          ${_fmt(_per_million(summary['cost_usd_per_1k_tokens']), 4)} per 1M tokens (input + output)",
         f"fitness       {_fmt(summary['fitness'], 4)}",
         f"simulated     {_fmt(summary['sim']['simulated_s'], 2)} s in {summary['sim']['events']:,} events (seed {summary['sim']['seed']})",
     ]
     if out_dir:
         lines.append(f"outputs       {out_dir}")
     return "\n".join(lines)
+
+
+def _per_million(per_1k: float | None) -> float | None:
+    return None if per_1k is None else per_1k * 1000.0

@@ -123,7 +123,8 @@ def test_a_shared_prefix_beyond_the_context_length_rejects_every_request_that_us
 def test_chunked_prefill_off_needs_a_budget_that_holds_the_longest_prompt():
     message = _config_error(["cluster.engine.enable_chunked_prefill=false"])
     assert "cluster.engine.max_num_batched_tokens" in message and "max_model_len (131072)" in message
-    cfg = load_config([*TINY, "cluster.engine.enable_chunked_prefill=false", "cluster.engine.max_model_len=2048"])
+    short = ["workload.prefix.share=0", "workload.input_tokens.max=1000", "workload.output_tokens.max=1000"]
+    cfg = load_config([*TINY, *short, "cluster.engine.enable_chunked_prefill=false", "cluster.engine.max_model_len=2048"])
     assert simulate(cfg).summary["requests"]["completed"] == 40
 
 

@@ -145,7 +145,7 @@ def summarize(
         "prefix_cache_hit_rate": rnd(scheduled["cached_tokens"].sum() / prompt_scheduled) if prompt_scheduled else 0.0,
         "gpu_utilization": rnd(float(np.dot(busy_s, gpus)) / gpu_seconds) if gpu_seconds else 0.0,
         "jain_fairness": rnd(tenant_fairness(requests)),
-        "cost_usd_per_1k_tokens": rnd(cost_usd / (tokens_done / 1000.0), 6) if tokens_done else None,
+        "cost_usd_per_1k_tokens": rnd(cost_usd / (tokens_done / 1000.0), 9) if tokens_done else None,
         "slo_classes": slo_class_breakdown(requests),
         "sim": {"seed": seed, "events": events, "simulated_s": rnd(span_s, 6)},
     }

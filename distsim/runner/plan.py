@@ -46,6 +46,9 @@ class SweepPlan:
     jobs: list[Job]
     runner_overrides: tuple[Override, ...]  # runner.* overrides, the same for every job
     swept_keys: tuple[str, ...]  # keys with more than one value (seed included)
+    # resolve every configuration before the first job, so a bad value stops the sweep; the search turns
+    # it off, since an invalid candidate is a result there (it scores as failed), not a reason to stop
+    check_configs: bool = True
 
     def configs(self) -> dict[str, tuple[Override, ...]]:
         """Distinct configs in order of first appearance."""
