@@ -34,6 +34,7 @@ def overrides(n: int) -> list[str]:
         "cluster.engine.max_num_batched_tokens=2048",
         "cluster.latency.kind=roofline",
         "policy=round_robin",
+        "workload=fixed",
         "workload.kind=synthetic",
         "workload.arrival.process=poisson",
         "workload.arrival.rate_rps=100",

@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    base = ["cluster.instances=16", "workload.arrival.rate_rps=80", f"workload.num_requests={args.requests}"]
+    base = ["workload=fixed", "cluster.instances=16", "workload.arrival.rate_rps=80", f"workload.num_requests={args.requests}"]
     for policy in ("least_loaded", "weighted"):
         live = cpu([*base, f"policy={policy}"], args.repeat)
         for interval in (100, 1000):

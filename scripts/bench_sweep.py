@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="alternate both sides this many times; medians")
     opts = parser.parse_args()
     args = [
-        "policy=round_robin,random", f"seed=range({opts.seeds})", f"workload.num_requests={opts.requests}",
+        "workload=fixed", "policy=round_robin,random", f"seed=range({opts.seeds})", f"workload.num_requests={opts.requests}",
         "workload.arrival.rate_rps=20", "cluster.instances=2",
     ]  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="distsim-bench-"))

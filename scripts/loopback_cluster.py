@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SWEEP = [
     "policy=round_robin,random",
     "seed=range(2)",
+    "workload=fixed",
     "workload.num_requests=200",
     "cluster.instances=2",
 ]

@@ -203,7 +203,8 @@ class Instance:
         if self.plan.steps:
             self._apply_plan(now)
         self._plan_next(now)
-        self._publish()
+        if self.board is not None:
+            self.publish_to(self.board)
 
     def _apply_plan(self, now: int) -> None:
         """Everything that happens at the end of the planned step(s)."""
@@ -303,7 +304,10 @@ class Instance:
         c = self.step_index
         dec = self.decoders
         need_dec = dec.phase_counts[(1 - c) % self.bs] if dec.count else 0  # blocks step c's decoders need
-        chunks, budget, preempted = self._schedule_running(now, need_dec)
+        if self.prefilling or need_dec > self.kv.available():
+            chunks, budget, preempted = self._schedule_running(now, need_dec)
+        else:  # decoders only, and their blocks are there: the common case, without a call
+            chunks, budget, preempted = [], self.max_tokens - dec.count, False
         if preempted:
             need_dec = 0  # allocated one by one
         # a step that preempted admits nobody (vLLM), unless it was left with nothing to run
