@@ -73,10 +73,10 @@ def run(scenario: Scenario, *, started: tuple[float, float] | None = None) -> Si
     sim = scenario.sim
     workload_summary = getattr(scenario.workload, "summary", lambda: None)()  # traces: rows read and skipped
     loop = EventLoop(sim.horizon_us)
-    recorder = Recorder(scenario.slo.ttft_ms, scenario.slo.tpot_ms)
+    recorder = Recorder(scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.frontend.output_lag_us)
     cluster = build_cluster(
         scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
-        seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo,
+        seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
     )
     cluster.feed(scenario.workload)
     end_us = loop.run()

@@ -13,7 +13,13 @@ from distsim.cluster.cluster import Cluster
 from distsim.cluster.pools import PoolSpec
 from distsim.config import checks
 from distsim.config.schema import PolicyConfig, SignalsConfig
-from distsim.config.settings import PolicySettings, SignalSettings, SloDefaults, TransferSettings
+from distsim.config.settings import (
+    FrontendSettings,
+    PolicySettings,
+    SignalSettings,
+    SloDefaults,
+    TransferSettings,
+)
 from distsim.engine.loop import EventLoop
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.linear import LinearLatency
@@ -86,15 +92,16 @@ def run(
     pools: list | None = None,
     transfer_cfg=None,
     ttft_slo_ms: float = 1e9,
+    frontend: FrontendSettings | None = None,
 ) -> MiniSim:
     params = params or engine()
     latency = latency or LinearLatency(100.0, 2.0, 5.0)
     pools = pools or [PoolSpec("p", instances, "mixed", FAKE_HW, tiny_model(1000), 1, params, latency, "cluster")]
     loop = EventLoop(horizon_us)
-    recorder = Recorder(ttft_slo_ms, 1e9)
+    recorder = Recorder(ttft_slo_ms, 1e9, frontend.output_lag_us if frontend else 0)
     cluster = build_cluster(
         pools, policy_cfg or policy(routing), signals_cfg or SignalSettings(), transfer_cfg or TransferSettings(),
-        loop, recorder, seed=seed, fast_forward=fast_forward, slo=SloDefaults(ttft_slo_ms, 1e9),
+        loop, recorder, seed=seed, fast_forward=fast_forward, slo=SloDefaults(ttft_slo_ms, 1e9), frontend=frontend,
     )
     sim = MiniSim(loop, cluster, recorder)
     if check_every_event:

@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from distsim.cluster.cluster import Cluster, Routes
+from distsim.cluster.cluster import NO_FRONTEND, Cluster, Routes
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.config.settings import (
+    FrontendSettings,
     PolicyChoice,
     PolicySettings,
     SignalSettings,
@@ -103,6 +104,7 @@ def build_routes(
 def build_cluster(
     pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
     loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
+    frontend: FrontendSettings | None = None,
 ) -> Cluster:
     """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says."""
     instances, pool_of = build_instances(pools, loop, fast_forward)
@@ -112,4 +114,6 @@ def build_cluster(
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo)
     if board.live and (getattr(routes.router, "reads_signals", False) or getattr(admission, "reads_signals", False)):
         board.enable_push()
-    return Cluster(instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder)
+    return Cluster(
+        instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder, frontend or NO_FRONTEND
+    )

@@ -20,12 +20,14 @@ import numpy as np
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
-from distsim.config.settings import PolicySettings, TransferSettings
+from distsim.config.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.engine.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.errors import SimulationError, warn_config
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
 from distsim.request import Request, Status
+
+NO_FRONTEND = FrontendSettings()
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Cluster:
         transfer: TransferSettings,
         loop: EventLoop,
         recorder: Recorder,
+        frontend: FrontendSettings = NO_FRONTEND,
     ):
         self.loop, self.recorder = loop, recorder
         self.instances, self.pool_of = instances, pool_of
@@ -68,6 +71,7 @@ class Cluster:
         self.transfer_bw = transfer.bandwidth_bytes_per_s
         self.transfer_latency_us = transfer.latency_us
         self.dispatch_us = policy.dispatch_us
+        self.frontend = frontend if frontend.ingests else None  # ingestion delays each request's dispatch
         self.trace = policy.trace_decisions
         for inst in instances:
             inst.on_done, inst.on_prefilled, inst.on_reserved = self._on_done, self._on_prefilled, self._on_reserved
@@ -129,10 +133,13 @@ class Cluster:
         self.state.outstanding[target] += 1
         if self.prefix_index is not None and req.block_hashes:
             self.prefix_index.record(target, req.block_hashes)
-        if self.dispatch_us:
+        delay = self.dispatch_us
+        if self.frontend is not None:
+            delay += self.frontend.ingest_us(req.prompt_tokens)
+        if delay:
             self.state.in_transit[target] += 1
             self._transit[req.request_id] = req
-            self.loop.schedule(now + self.dispatch_us, PRIO_CLUSTER, self._deliver, (req, target))
+            self.loop.schedule(now + delay, PRIO_CLUSTER, self._deliver, (req, target))
         else:
             self.instances[target].enqueue(req, now)
 

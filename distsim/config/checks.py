@@ -15,6 +15,7 @@ from typing import Any
 from distsim.config.settings import (
     SIGNALS,
     FitnessSettings,
+    FrontendSettings,
     PolicyChoice,
     PolicySettings,
     SignalSettings,
@@ -141,6 +142,15 @@ def transfer(cfg: Any) -> TransferSettings:
     """``cluster.kv_transfer.*`` (used under P/D disaggregation)."""
     bw = positive("cluster.kv_transfer.bandwidth_gbps", cfg.bandwidth_gbps)
     return TransferSettings(bw * 1e9, non_negative("cluster.kv_transfer.latency_us", cfg.latency_us))
+
+
+def frontend(cfg: Any) -> FrontendSettings:
+    """``cluster.frontend.*``: costs outside the engine, each >= 0."""
+    return FrontendSettings(
+        non_negative("cluster.frontend.request_us", cfg.request_us),
+        non_negative("cluster.frontend.per_input_token_us", cfg.per_input_token_us),
+        non_negative("cluster.frontend.per_output_token_us", cfg.per_output_token_us),
+    )
 
 
 def _policy_choice(node: Any, key: str, registry: Any) -> PolicyChoice:

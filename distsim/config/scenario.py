@@ -17,6 +17,7 @@ from typing import Any
 from distsim.config import checks
 from distsim.config.settings import (
     FitnessSettings,
+    FrontendSettings,
     PolicySettings,
     SignalSettings,
     SimSettings,
@@ -35,6 +36,7 @@ class Scenario:
     policy: PolicySettings
     signals: SignalSettings
     transfer: TransferSettings
+    frontend: FrontendSettings
     fitness: FitnessSettings
     sim: SimSettings
     slo: SloDefaults
@@ -56,6 +58,7 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     fitness = checks.fitness(cfg.fitness)
     signals = checks.signals(cfg.signals)
     transfer = checks.transfer(cfg.cluster.kv_transfer)
+    frontend = checks.frontend(cfg.cluster.frontend)
     policy = checks.policy(cfg.policy)
     pools = tuple(resolve_pools(cfg.cluster))
     checks.prefix_routing_needs_caching(policy, pools)
@@ -63,4 +66,5 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
         from distsim.workload import build_workload
 
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
-    return Scenario(pools, requests, policy, signals, transfer, fitness, sim, checks.slo_defaults(cfg.workload))
+    slo = checks.slo_defaults(cfg.workload)
+    return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo)

@@ -73,6 +73,16 @@ class KVTransferConfig:
 
 
 @dataclass
+class FrontendConfig:
+    """Costs outside the engine, as a client measures (distsim.config.settings.FrontendSettings): per
+    request and per prompt token before the engine queues a request, per output token after it emits one."""
+
+    request_us: float = 0.0
+    per_input_token_us: float = 0.0
+    per_output_token_us: float = 0.0
+
+
+@dataclass
 class ClusterConfig:
     model: str = "llama-3.1-8b"
     hardware: str = "H100"
@@ -82,6 +92,7 @@ class ClusterConfig:
     pools: list[PoolConfig] | None = None
     gpus_per_node: int | None = None  # GPUs one node joins by NVLink (null: the hardware's, 8); caps TP
     kv_transfer: KVTransferConfig = field(default_factory=lambda: KVTransferConfig())
+    frontend: FrontendConfig = field(default_factory=FrontendConfig)
 
 
 @dataclass

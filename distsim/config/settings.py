@@ -8,6 +8,7 @@ be shared, pickled to a Ray worker, and reused for many seeds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,30 @@ class TransferSettings:
 
     bandwidth_bytes_per_s: float = 50e9
     latency_us: float = 10.0
+
+
+@dataclass(frozen=True)
+class FrontendSettings:
+    """Time a request spends outside the engine, as a client measures it: the server's ingestion (a fixed
+    cost per request plus tokenisation per prompt token) before the engine queues the request, and the
+    detokenisation and streaming of each output token after the engine emits it. The per-token lag is the
+    same for every token, so TTFT and E2E grow by it and TPOT does not. All zero: the engine's own times."""
+
+    request_us: float = 0.0
+    per_input_token_us: float = 0.0
+    per_output_token_us: float = 0.0
+
+    @property
+    def ingests(self) -> bool:
+        return self.request_us > 0 or self.per_input_token_us > 0
+
+    def ingest_us(self, prompt_tokens: int) -> int:
+        """Microseconds from the request's arrival until the engine can queue it."""
+        return math.floor(self.request_us + self.per_input_token_us * prompt_tokens + 0.5)
+
+    @property
+    def output_lag_us(self) -> int:
+        return math.floor(self.per_output_token_us + 0.5)
 
 
 @dataclass(frozen=True)

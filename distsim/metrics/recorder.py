@@ -33,12 +33,13 @@ _FIELDS = (
 
 
 class Recorder:
-    __slots__ = ("records", "default_ttft_slo_ms", "default_tpot_slo_ms")
+    __slots__ = ("records", "default_ttft_slo_ms", "default_tpot_slo_ms", "output_lag_us")
 
-    def __init__(self, default_ttft_slo_ms: float, default_tpot_slo_ms: float):
+    def __init__(self, default_ttft_slo_ms: float, default_tpot_slo_ms: float, output_lag_us: int = 0):
         self.records: list[tuple] = []
         self.default_ttft_slo_ms = default_ttft_slo_ms
         self.default_tpot_slo_ms = default_tpot_slo_ms
+        self.output_lag_us = output_lag_us  # the front end's per-token lag: tokens reach the client this late
 
     def done(self, req: Request) -> None:
         self.records.append(
@@ -69,6 +70,9 @@ class Recorder:
         status_codes = c.ints("status")
         out_tokens = c.ints("output_tokens")
         first_token_us, completion_us = c.ints("first_token_us"), c.ints("completion_us")
+        if self.output_lag_us:  # as the client sees them
+            first_token_us = np.where(first_token_us >= 0, first_token_us + self.output_lag_us, first_token_us)
+            completion_us = np.where(completion_us >= 0, completion_us + self.output_lag_us, completion_us)
         ttft = c.since_arrival(first_token_us)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(out_tokens > 1, (completion_us - first_token_us) / 1000.0 / (out_tokens - 1), np.nan)
@@ -86,8 +90,8 @@ class Recorder:
                 "input_tokens": c.ints("input_tokens"),
                 "output_tokens": out_tokens,
                 "cached_tokens": c.ints("cached_tokens"),
-                "first_token_ms": c.ms("first_token_us"),
-                "completion_ms": c.ms("completion_us"),
+                "first_token_ms": c.ms_of(first_token_us),
+                "completion_ms": c.ms_of(completion_us),
                 "ttft_ms": ttft,
                 "tpot_ms": tpot,
                 "e2e_ms": c.since_arrival(completion_us),
@@ -118,7 +122,9 @@ class _Columns:
         return np.asarray(self.raw[name], dtype=np.int64)[self.order]
 
     def ms(self, name: str) -> np.ndarray:
-        us = self.ints(name)
+        return self.ms_of(self.ints(name))
+
+    def ms_of(self, us: np.ndarray) -> np.ndarray:
         out = us.astype(np.float64) / 1000.0
         out[us < 0] = np.nan
         return out
