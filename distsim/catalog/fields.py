@@ -21,11 +21,46 @@ MAX_SIZE = 1 << 24  # widths, head and expert counts, vocabularies: ~100x the la
 class FieldReader:
     """Reads fields of ``cfg``; every error is a ConfigError on ``key`` naming ``where`` (the file)."""
 
-    def __init__(self, cfg: dict[str, Any], where: str, key: str):
+    def __init__(
+        self, cfg: dict[str, Any], where: str, key: str, prefix: str = "", top_level: frozenset[str] = frozenset()
+    ):
+        """``prefix`` names the object ``cfg`` sits in (``"text_config."``, ``"quantization_config."``) in
+        messages; fields named in ``top_level`` were taken from the file's top level and carry no prefix."""
         self.cfg, self.where, self.key = cfg, where, key
+        self.prefix, self.top_level = prefix, top_level
 
     def fail(self, rule: str) -> ConfigError:
         return ConfigError(self.key, f"{self.where}: {rule}")
+
+    def label(self, name: str) -> str:
+        """The field's name as the file spells its place (``text_config.hidden_size``)."""
+        return name if name in self.top_level else self.prefix + name
+
+    def sub(self, name: str) -> FieldReader | None:
+        """A reader over the JSON object in field ``name``; null or absent: None."""
+        value = self.cfg.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self.fail(f"'{self.label(name)}' must be an object (got {excerpt(value)})")
+        return FieldReader(value, self.where, self.key, prefix=self.label(name) + ".")
+
+    def subs(self, name: str) -> list[FieldReader]:
+        """Readers over every member of the object of objects in field ``name``; null or absent: []."""
+        outer = self.sub(name)
+        if outer is None:
+            return []
+        found = [outer.sub(k) for k in outer.cfg]
+        return [f for f in found if f is not None]
+
+    def str_list(self, name: str) -> list[str]:
+        """A list of strings; null or absent: []."""
+        value = self.cfg.get(name)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(f"'{self.label(name)}' must be a list of strings (got {excerpt(value)})")
+        return value
 
     def has(self, name: str) -> bool:
         """The field is present and not null."""
@@ -39,9 +74,9 @@ class FieldReader:
         value = self.cfg.get(name)
         if value is None:
             if default is None:
-                raise self.fail(f"missing required field '{name}'")
+                raise self.fail(f"missing required field '{self.label(name)}'")
             return default
-        return self._check_int(name, value, minimum, maximum, why)
+        return self._check_int(self.label(name), value, minimum, maximum, why)
 
     def _check_int(self, label: str, value: Any, minimum: int, maximum: int, why: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -59,7 +94,7 @@ class FieldReader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise self.fail(f"'{name}' must be true or false (got {excerpt(value)})")
+            raise self.fail(f"'{self.label(name)}' must be true or false (got {excerpt(value)})")
         return value
 
     def str(self, name: str, default: str) -> str:
@@ -67,7 +102,7 @@ class FieldReader:
         if value is None:
             return default
         if not isinstance(value, str):
-            raise self.fail(f"'{name}' must be a string (got {excerpt(value)})")
+            raise self.fail(f"'{self.label(name)}' must be a string (got {excerpt(value)})")
         return value
 
     def int_list(self, name: str, minimum: int, maximum: int, why: str) -> list[int]:
@@ -76,8 +111,8 @@ class FieldReader:
         if value is None:
             return []
         if not isinstance(value, list):
-            raise self.fail(f"'{name}' must be a list of integers (got {excerpt(value)})")
-        return [self._check_int(f"{name}[{i}]", v, minimum, maximum, why) for i, v in enumerate(value)]
+            raise self.fail(f"'{self.label(name)}' must be a list of integers (got {excerpt(value)})")
+        return [self._check_int(f"{self.label(name)}[{i}]", v, minimum, maximum, why) for i, v in enumerate(value)]
 
     def choice_list(self, name: str, length: int, known: tuple[str, ...]) -> list[str] | None:
         """A list of exactly ``length`` strings from ``known``; null or absent: None."""
@@ -85,12 +120,12 @@ class FieldReader:
         if value is None:
             return None
         if not isinstance(value, list):
-            raise self.fail(f"'{name}' must be a list of strings (got {excerpt(value)})")
+            raise self.fail(f"'{self.label(name)}' must be a list of strings (got {excerpt(value)})")
         if len(value) != length:
-            raise self.fail(f"'{name}' has {len(value)} entries but num_hidden_layers is {length}")
+            raise self.fail(f"'{self.label(name)}' has {len(value)} entries but num_hidden_layers is {length}")
         for i, v in enumerate(value):
             if v not in known:
-                raise self.fail(f"'{name}[{i}]' is {excerpt(v)}; supported: {', '.join(known)}")
+                raise self.fail(f"'{self.label(name)}[{i}]' is {excerpt(v)}; supported: {', '.join(known)}")
         return value
 
     def same_int(self, names: tuple[str, ...], minimum: int = 0) -> tuple[str | None, int]:
@@ -99,7 +134,7 @@ class FieldReader:
         for n, v in found[1:]:
             if v != found[0][1]:
                 first, fv = found[0]
-                raise self.fail(f"'{first}' ({fv}) and '{n}' ({v}) disagree; give one value")
+                raise self.fail(f"'{self.label(first)}' ({fv}) and '{self.label(n)}' ({v}) disagree; give one value")
         return found[0] if found else (None, 0)
 
     def same_str(self, names: tuple[str, ...], default: str) -> str:
@@ -108,6 +143,6 @@ class FieldReader:
         for n, v in found[1:]:
             if v != found[0][1]:
                 raise self.fail(
-                    f"'{found[0][0]}' ({excerpt(found[0][1])}) and '{n}' ({excerpt(v)}) disagree; give one value"
+                    f"'{self.label(found[0][0])}' ({excerpt(found[0][1])}) and '{self.label(n)}' ({excerpt(v)}) disagree; give one value"
                 )
         return found[0][1] if found else default

@@ -257,9 +257,25 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return inputs.read_json(path, what="a JSON object (a HuggingFace config.json)")
 
 
+# Fields a multimodal wrapper keeps only at its top level that still describe the language model.
+_TOP_LEVEL_FALLBACKS = ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings")
+
+
+def _language_reader(cfg: dict[str, Any], where: str, key: str) -> FieldReader:
+    """A reader over the language model's fields: ``text_config`` when the file has one (its fields win),
+    with the :data:`_TOP_LEVEL_FALLBACKS` that ``text_config`` lacks (absent or null) taken from the top."""
+    top = FieldReader(cfg, where, key)
+    text = top.sub("text_config")
+    if text is None:
+        return top
+    taken = {k: cfg[k] for k in _TOP_LEVEL_FALLBACKS if cfg.get(k) is not None and text.cfg.get(k) is None}
+    return FieldReader({**text.cfg, **taken}, where, key, prefix="text_config.", top_level=frozenset(taken))
+
+
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
 _LAYER_TYPES = ("full_attention", "sliding_attention")
+_LLAMA4_TYPES = ("llama4_text", "llama4")
 
 
 def _dtype_bytes(r: FieldReader) -> int:
@@ -324,6 +340,8 @@ def _moe_layer_count(r: FieldReader, num_layers: int, first_k: int) -> int:
         )
     )
     step = r.int("decoder_sparse_step", default=1, maximum=MAX_LAYERS)
+    if r.has("interleave_moe_layer_step"):  # Llama-4: layers (i + 1) % step == 0 are MoE, as vLLM builds them
+        step = r.int("interleave_moe_layer_step", maximum=MAX_LAYERS)
     freq = r.int("moe_layer_freq", default=1, maximum=MAX_LAYERS)
     return sum(
         1
@@ -350,7 +368,7 @@ def _experts(r: FieldReader) -> tuple[int, int]:
 # intermediate sizes (heads, head_dim, experts, MLA ranks) feed several groups, so splitting would pass them all around
 def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = "cluster.model") -> ModelSpec:
     """Validate an HF config dict and derive a :class:`ModelSpec` (``where`` names the file in errors)."""
-    r = FieldReader(cfg, where, key)
+    r = _language_reader(cfg, where, key)
     layers = r.int("num_hidden_layers", maximum=MAX_LAYERS)
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
@@ -385,6 +403,9 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         else 0
     )
     n_shared = r.int("n_shared_experts", default=0, minimum=0) if experts else 0
+    dense_inter = inter
+    if experts and model_type in _LLAMA4_TYPES:  # experts and the one shared expert: intermediate_size
+        n_shared, dense_inter = 1, r.int("intermediate_size_mlp", default=inter)  # dense layers' MLP
     shared_inter = n_shared * moe_inter
     wide_shared = r.int("shared_expert_intermediate_size", default=0, minimum=0) if experts else 0
     if wide_shared:  # Qwen2-MoE: one wide shared expert
@@ -431,7 +452,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
 
     # --- MLP parameters
     mlp_bias = r.bool("mlp_bias", default=False)
-    dense_mlp = 3 * hidden * inter + ((2 * inter + hidden) if mlp_bias else 0)
+    dense_mlp = 3 * hidden * dense_inter + ((2 * dense_inter + hidden) if mlp_bias else 0)
     expert = 3 * hidden * moe_inter + ((2 * moe_inter + hidden) if model_type == "gpt_oss" else 0)
     router = hidden * experts + (experts if model_type == "gpt_oss" else 0)
     shared = 3 * hidden * shared_inter
@@ -440,7 +461,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
 
     active_matmul = (
         layers * attn_matmul
-        + (layers - moe_layers) * 3 * hidden * inter
+        + (layers - moe_layers) * 3 * hidden * dense_inter
         + moe_layers * (top_k * 3 * hidden * moe_inter + shared + hidden * experts)
     )
     return ModelSpec(
@@ -450,7 +471,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=inter,
+        intermediate_size=dense_inter,
         vocab_size=vocab,
         max_position_embeddings=context,
         dtype_bytes=dtype,
