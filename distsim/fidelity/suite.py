@@ -1,0 +1,270 @@
+"""Replay every run of a folder of measured runs and tabulate the errors (issue 17, item 6).
+
+    python -m distsim.fidelity.suite ../shared/data/h100_vllm_runs [overrides...] --out DIR
+
+Each run (:mod:`distsim.fidelity.suite_data`) is replayed on one instance: ``cluster.hardware=H100``,
+the run's model, TP and engine settings (KV blocks included), ``cluster.latency.kind=roofline``, its
+trace through distsim's ``csv`` trace reader with ``prefix_group`` mapped onto shared leading block keys
+(``workload.prefix.groups`` = the profile's system prompts, ``workload.prefix.tokens`` = its system
+prompt length). Overrides go on top and win over the run's values (``workload.num_requests=200`` caps a
+replay). The simulated requests give the same per-stage metrics by the same definitions
+(:mod:`distsim.fidelity.suite_metrics`); error % = (simulated - measured) / measured x 100.
+
+Writes DIR/suite.csv (one row per run, stage and metric, with each peer's recorded ``mpe``) and
+DIR/suite.md (per-run errors of mean E2E, TTFT, ITL and the medians of their absolute values beside the
+peers' medians over the same runs), and prints the medians. A run whose model does not load, or that
+has no measurements, is listed as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from distsim import inputs, outputs
+from distsim.catalog.models import load_model
+from distsim.config.compose import load_config
+from distsim.errors import UserError
+from distsim.fidelity.metrics import error_pct
+from distsim.fidelity.suite_data import Suite, SuiteRun, read_suite
+from distsim.fidelity.suite_metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
+from distsim.runner.overrides import from_lines
+from distsim.simulate import simulate
+
+HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean")
+DISTSIM = "distsim"
+TABLE_COLUMNS = ("run", "model", "tp", "workload", "stage", "metric", "measured", "simulated", "error_pct")
+
+
+@dataclass
+class SuiteResult:
+    table: pd.DataFrame  # TABLE_COLUMNS + one ``mpe_<peer>`` column per peer
+    peers: list[str]
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (run id, reason)
+    notes: dict[str, list[str]] = field(default_factory=dict)  # run id -> what the replay leaves out
+    seconds: dict[str, float] = field(default_factory=dict)  # run id -> wall time of its replay
+
+
+def run_settings(run: SuiteRun) -> dict[str, Any]:
+    """The config values (dotted keys) that replay ``run``."""
+    values: dict[str, Any] = {
+        "cluster.instances": 1,
+        "cluster.pools": None,
+        "cluster.hardware": "H100",
+        "cluster.model": run.model,
+        "cluster.latency.kind": "roofline",
+        "workload.kind": "trace",
+        "workload.format": "csv",
+        "workload.path": str(run.trace),
+        "workload.num_requests": None,
+        "workload.duration_s": None,
+        "workload.prefix.groups": run.workload.num_system_prompts,
+        "workload.prefix.tokens": run.workload.system_prompt_len,
+        "workload.prefix.group_tokens": None,
+        "workload.prefix.share": 0.0,
+    }
+    values.update(run.engine.overrides())
+    return values
+
+
+def suite_config(run: SuiteRun, overrides: Sequence[str] = ()) -> DictConfig:
+    """Defaults, then the run's settings, then ``overrides`` (a key the user set keeps the user's value)."""
+    overrides = list(overrides)
+    cfg = load_config(overrides)
+    mine = {o.key for o in from_lines(overrides)}
+    for key, value in run_settings(run).items():
+        if key not in mine:
+            OmegaConf.update(cfg, key, value, merge=False)
+    return cfg
+
+
+def simulated_requests(run: SuiteRun, cfg: DictConfig) -> pd.DataFrame:
+    """The replay's requests as the metrics want them: ``arrival_s`` on the trace's clock (the simulator
+    counts from the first row), ``completed``, ``e2e_ms``, ``ttft_ms``, ``output_tokens``."""
+    first = inputs.read_csv_frame(run.trace, usecols=["arrival_s"], nrows=1)["arrival_s"].iloc[0]
+    reqs = simulate(cfg).requests
+    return pd.DataFrame({
+        "arrival_s": reqs["arrival_ms"].to_numpy(dtype=np.float64) / 1000.0 + float(first),
+        "completed": (reqs["status"] == "completed").to_numpy(),
+        "e2e_ms": reqs["e2e_ms"].to_numpy(dtype=np.float64),
+        "ttft_ms": reqs["ttft_ms"].to_numpy(dtype=np.float64),
+        "output_tokens": reqs["output_tokens"].to_numpy(dtype=np.float64),
+    })
+
+
+def compare_run(run: SuiteRun, simulated: pd.DataFrame, measured: pd.DataFrame, peers: list[str]) -> pd.DataFrame:
+    """suite.csv's rows for one run: every (stage, metric) measured, with the peers' ``mpe``."""
+    durations = [s.duration_s for s in run.workload.stages]
+    sim = stage_metrics(simulated, durations).set_index(["stage", "metric"])["value"]
+    actual = measured.drop_duplicates(["stage_index", "metric_name"]).set_index(["stage_index", "metric_name"])
+    mpe = measured.pivot_table(index=["stage_index", "metric_name"], columns="simulator", values="mpe")
+    rows = []
+    for (stage, metric), m in actual["actual"].items():
+        s = float(sim.get((stage, metric), math.nan))
+        row = [run.id, run.model_name, run.tp, run.workload.name, stage, metric, float(m), s, error_pct(m, s)]
+        row += [float(mpe[p].get((stage, metric), math.nan)) if p in mpe else math.nan for p in peers]
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=[*TABLE_COLUMNS, *(f"mpe_{p}" for p in peers)])
+    order = {m: i for i, m in enumerate(STAGE_METRICS)}
+    table["_metric"] = table["metric"].map(order).fillna(len(order))
+    table = table.sort_values(["stage", "_metric"], kind="stable")
+    return table.drop(columns=["_metric"]).reset_index(drop=True)
+
+
+def skip_reason(run: SuiteRun, suite: Suite) -> str | None:
+    """Why ``run`` cannot be compared now (None: it can)."""
+    if suite.measured_for(run).empty:
+        return "no records in measured.csv"
+    try:
+        load_model(run.model)
+    except UserError as err:
+        return f"model does not load: {err}"
+    return None
+
+
+# long: the loop over runs with its skip, timing and progress bookkeeping reads best in one place
+def replay_suite(
+    suite: Suite,
+    overrides: Sequence[str] = (),
+    runs: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SuiteResult:
+    """Replay the suite's runs (those in ``runs`` by id, or all) and compare them with the measurements."""
+    load_config(list(overrides))  # a bad override stops here, once, not once per run
+    peers = sorted(suite.measured["simulator"].unique())
+    result = SuiteResult(pd.DataFrame(columns=[*TABLE_COLUMNS, *(f"mpe_{p}" for p in peers)]), peers)
+    tables = []
+    for run in suite.runs:
+        if runs is not None and run.id not in runs:
+            continue
+        reason = skip_reason(run, suite)
+        if reason is None:
+            started = time.perf_counter()
+            try:
+                simulated = simulated_requests(run, suite_config(run, overrides))
+            except UserError as err:
+                reason = f"replay failed: {err}"
+        if reason is not None:
+            result.skipped.append((run.id, reason))
+            if progress:
+                progress(f"run {run.id}: skipped: {reason}")
+            continue
+        result.seconds[run.id] = time.perf_counter() - started
+        result.notes[run.id] = run.flags()
+        tables.append(compare_run(run, simulated, suite.measured_for(run), peers))
+        if progress:
+            progress(f"run {run.id}: {len(simulated)} requests replayed in {result.seconds[run.id]:.1f} s")
+    if tables:
+        result.table = pd.concat(tables, ignore_index=True)
+    return result
+
+
+def headline(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Whole-run values of ``column`` for the :data:`HEADLINE` metrics: one row per run."""
+    whole = table[(table["stage"] == WHOLE_RUN) & table["metric"].isin(HEADLINE)]
+    return whole.pivot_table(index="run", columns="metric", values=column, sort=False).reindex(columns=list(HEADLINE))
+
+
+def medians(result: SuiteResult) -> pd.DataFrame:
+    """Median absolute whole-run error (%) of mean E2E, TTFT, ITL over the compared runs, for distsim
+    and each peer (a peer over those of the runs it has a figure for); ``runs`` counts mean-E2E figures."""
+    rows = []
+    for name, column in ((DISTSIM, "error_pct"), *((p, f"mpe_{p}") for p in result.peers)):
+        errs = headline(result.table, column).abs() if len(result.table) else pd.DataFrame(columns=HEADLINE)
+        rows.append([name, int(errs["e2e_mean"].notna().sum()), *(float(errs[m].median()) for m in HEADLINE)])
+    return pd.DataFrame(rows, columns=["simulator", "runs", *HEADLINE])
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:+.1f}%"
+
+
+def medians_markdown(result: SuiteResult) -> str:
+    lines = ["| simulator | runs | mean E2E | mean TTFT | mean ITL |", "|---|---:|---:|---:|---:|"]
+    for row in medians(result).itertuples(index=False):
+        cells = ["n/a" if not math.isfinite(v) else f"{v:.1f}%" for v in (row.e2e_mean, row.ttft_mean, row.itl_mean)]
+        lines.append(f"| {row.simulator} | {row.runs} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def runs_markdown(result: SuiteResult) -> str:
+    lines = [
+        "| run | model | TP | workload | mean E2E | mean TTFT | mean ITL | notes |",
+        "|---|---|---:|---|---:|---:|---:|---|",
+    ]
+    if not len(result.table):
+        return "\n".join(lines)
+    errs = headline(result.table, "error_pct")
+    info = result.table.drop_duplicates("run").set_index("run")
+    for run, row in errs.iterrows():
+        cells = " | ".join(_pct(row[m]) for m in HEADLINE)
+        notes = "; ".join(result.notes.get(run, []))
+        lines.append(f"| {run} | {info.at[run, 'model']} | {info.at[run, 'tp']} | {info.at[run, 'workload']} "
+                     f"| {cells} | {notes} |")
+    return "\n".join(lines)
+
+
+def render_markdown(result: SuiteResult, folder: str, overrides: Sequence[str]) -> str:
+    """suite.md: the command's inputs, per-run errors, medians, skipped runs."""
+    extra = " ".join(overrides) or "(none)"
+    parts = [
+        f"# Replay of {folder}", "",
+        f"Overrides: {extra}. Error = (simulated - measured) / measured, whole run, positive = simulator slower.",
+        "", "## Per run", "", runs_markdown(result), "",
+        "## Median absolute error over runs (peers: their recorded mpe on the same runs)", "",
+        medians_markdown(result), "",
+    ]
+    if result.skipped:
+        parts += ["## Skipped", "", *(f"- {run}: {reason}" for run, reason in result.skipped), ""]
+    return "\n".join(parts)
+
+
+def write_result(result: SuiteResult, out: Path, folder: str, overrides: Sequence[str]) -> list[Path]:
+    """DIR/suite.csv and DIR/suite.md, each written atomically."""
+    table = result.table.copy()
+    for col in table.columns[table.columns.get_loc("measured"):]:
+        table[col] = table[col].astype(float).round(4)
+    return [
+        outputs.write_csv(out / "suite.csv", table),
+        outputs.write_text(out / "suite.md", render_markdown(result, folder, overrides)),
+    ]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.suite", description=__doc__.splitlines()[0])
+    p.add_argument("folder", help="a folder with experiments.csv, workload_profiles.json, traces/, measured.csv")
+    p.add_argument("overrides", nargs="*", help="config overrides on top of each run's settings (key=value)")
+    p.add_argument("--out", required=True, help="output folder for suite.csv and suite.md")
+    p.add_argument("--runs", default=None, help="comma-separated run ids to replay (default: all)")
+    return p.parse_intermixed_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        out = outputs.prepare_dir(args.out)
+        suite = read_suite(args.folder)
+        runs = None if args.runs is None else [r.strip() for r in args.runs.split(",") if r.strip()]
+        result = replay_suite(suite, args.overrides, runs, progress=lambda line: print(line, file=sys.stderr))
+        write_result(result, out, args.folder, args.overrides)
+    except UserError as err:
+        print(f"distsim: {err}", file=sys.stderr)
+        return 2
+    print(medians_markdown(result))
+    for run, reason in result.skipped:
+        print(f"skipped {run}: {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Reading a folder of measured runs that share one layout (issue 17): ``experiments.csv``,
+``workload_profiles.json``, ``traces/<workload>.csv`` and ``measured.csv``, as in
+``../shared/data/h100_vllm_runs`` (its README defines the files and the metrics).
+
+Every file goes through :mod:`distsim.inputs`, so a broken one is one :class:`InputFileError` naming
+it (and the line where there is one). Nothing is simulated here; :mod:`distsim.fidelity.suite` replays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from distsim import inputs
+from distsim.errors import InputFileError
+from distsim.fidelity.run import EngineSettings
+
+EXPERIMENT_COLUMNS = (
+    "id", "folder", "model", "model_config", "precision", "tp", "max_num_seqs",
+    "max_num_batched_tokens", "total_kv_blocks", "cpu_kv_blocks", "workload", "num_requests",
+)
+MEASURED_COLUMNS = ("folder", "stage_index", "metric_name", "simulator", "predicted", "actual", "mpe")
+
+
+@dataclass(frozen=True)
+class Stage:
+    duration_s: float
+    rate_rps: float
+
+
+@dataclass(frozen=True)
+class WorkloadProfile:
+    """A workload's inference-perf ``shared_prefix`` spec and its rate stages."""
+
+    name: str
+    system_prompt_len: int
+    num_system_prompts: int
+    users_per_prompt: int
+    question_len: int
+    output_len: int
+    stages: tuple[Stage, ...]
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One row of experiments.csv with what it points to."""
+
+    id: str
+    folder: str
+    model_name: str  # the served model (Hugging Face id)
+    model: str  # what cluster.model gets: a catalog name or the absolute path of a config folder
+    precision: str
+    engine: EngineSettings
+    cpu_kv_blocks: int
+    workload: WorkloadProfile
+    num_requests: int
+    trace: Path
+
+    @property
+    def tp(self) -> int:
+        return int(self.engine.tensor_parallel_size or 1)
+
+    def flags(self) -> list[str]:
+        """What of the run the replay leaves out (distsim has no CPU KV tier yet)."""
+        return [f"cpu_kv_blocks={self.cpu_kv_blocks} not simulated"] if self.cpu_kv_blocks else []
+
+
+@dataclass
+class Suite:
+    root: Path
+    runs: list[SuiteRun]
+    measured: pd.DataFrame  # MEASURED_COLUMNS, one row per (folder, stage, metric, simulator)
+
+    def measured_for(self, run: SuiteRun) -> pd.DataFrame:
+        return self.measured[self.measured["folder"] == run.folder]
+
+
+def _integer(value: Any, name: str, path: Path, where: str, line: int | None = None) -> int:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number != int(number) or number < 0:
+        got = inputs.excerpt(value)
+        raise InputFileError(path, f"{where}'{name}' must be a whole number >= 0 (got {got})", line)
+    return int(number)
+
+
+def _number(value: Any, name: str, path: Path, where: str) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value <= 0:
+        got = inputs.excerpt(value)
+        raise InputFileError(path, f"{where}'{name}' must be a positive number (got {got})")
+    return float(value)
+
+
+def _profile(name: str, spec: Any, path: Path) -> WorkloadProfile:
+    where = f"{name}."
+    if not isinstance(spec, dict) or not isinstance(spec.get("shared_prefix"), dict):
+        raise InputFileError(path, f"'{name}' must be an object with 'shared_prefix' and 'stages'")
+    sp = spec["shared_prefix"]
+    stages = spec.get("stages")
+    if not isinstance(stages, list) or not stages or not all(isinstance(s, dict) for s in stages):
+        raise InputFileError(path, f"'{where}stages' must be a non-empty list of objects")
+    get = {k: _integer(sp.get(k), k, path, f"{where}shared_prefix.") for k in (
+        "system_prompt_len", "num_unique_system_prompts", "num_users_per_system_prompt", "question_len",
+        "output_len")}
+    parsed = tuple(
+        Stage(
+            _number(s.get("duration"), "duration", path, f"{where}stages[{i}]."),
+            _number(s.get("rate"), "rate", path, f"{where}stages[{i}]."),
+        )
+        for i, s in enumerate(stages)
+    )
+    return WorkloadProfile(
+        name, get["system_prompt_len"], get["num_unique_system_prompts"], get["num_users_per_system_prompt"],
+        get["question_len"], get["output_len"], parsed,
+    )
+
+
+def read_profiles(path: Path) -> dict[str, WorkloadProfile]:
+    """workload_profiles.json: ``{workload: {shared_prefix: {...}, stages: [{duration, rate}]}}``."""
+    data = inputs.read_json(path)
+    return {name: _profile(name, spec, path) for name, spec in data.items()}
+
+
+def _model(value: str, root: Path, path: Path, line: int) -> str:
+    """A catalog name stays as it is; a path (``models/x``) becomes absolute and must exist."""
+    if "/" not in value:
+        return value
+    target = root / value
+    if not target.exists():
+        raise InputFileError(path, f"model_config {value!r}: no such file or folder under {root}", line)
+    return str(target)
+
+
+def _run(
+    rec: dict[str, str], root: Path, profiles: dict[str, WorkloadProfile], path: Path, line: int
+) -> SuiteRun:
+    num = {k: _integer(rec[k], k, path, "", line) for k in (
+        "tp", "max_num_seqs", "max_num_batched_tokens", "total_kv_blocks", "cpu_kv_blocks", "num_requests")}
+    workload = rec["workload"].strip()
+    if workload not in profiles:
+        raise InputFileError(path, f"workload {workload!r} is not in workload_profiles.json", line)
+    trace = root / "traces" / f"{workload}.csv"
+    if not trace.is_file():
+        raise InputFileError(path, f"no trace for workload {workload!r} (expected {trace})", line)
+    engine = EngineSettings(
+        max_num_seqs=num["max_num_seqs"], max_num_batched_tokens=num["max_num_batched_tokens"],
+        total_kv_blocks=num["total_kv_blocks"], tensor_parallel_size=num["tp"],
+    )
+    return SuiteRun(
+        rec["id"].strip(), rec["folder"].strip(), rec["model"].strip(),
+        _model(rec["model_config"].strip(), root, path, line), rec["precision"].strip(), engine,
+        num["cpu_kv_blocks"], profiles[workload], num["num_requests"], trace,
+    )
+
+
+def read_experiments(path: Path, root: Path, profiles: dict[str, WorkloadProfile]) -> list[SuiteRun]:
+    """experiments.csv: one run a row (:data:`EXPERIMENT_COLUMNS`), in file order."""
+    runs: list[SuiteRun] = []
+    with inputs.csv_reader(path, dicts=True) as reader:
+        missing = [c for c in EXPERIMENT_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputFileError(path, f"missing column(s) {', '.join(missing)}", 1)
+        for rec in reader:
+            if any(rec.get(c) is None for c in EXPERIMENT_COLUMNS):
+                raise InputFileError(path, "too few fields", reader.line_num)
+            runs.append(_run(rec, root, profiles, path, reader.line_num))
+    if not runs:
+        raise InputFileError(path, "no runs (only a header line)")
+    return runs
+
+
+def read_measured(path: Path) -> pd.DataFrame:
+    """measured.csv, one row per (folder, stage, metric, simulator). The file repeats some records
+    under several workload names (run 20260217-155451); repeats are dropped, the first kept."""
+    frame = inputs.read_csv_frame(path)
+    missing = [c for c in MEASURED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputFileError(path, f"missing column(s) {', '.join(missing)}")
+    frame = frame[list(MEASURED_COLUMNS)].copy()
+    frame["folder"] = frame["folder"].astype(str)
+    for col in ("stage_index", "predicted", "actual", "mpe"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    if frame["stage_index"].isna().any() or frame["actual"].isna().any():
+        raise InputFileError(path, "'stage_index' and 'actual' must be numbers on every row")
+    frame["stage_index"] = frame["stage_index"].astype(int)
+    keys = ["folder", "stage_index", "metric_name", "simulator"]
+    return frame.drop_duplicates(keys, keep="first").reset_index(drop=True)
+
+
+def read_suite(folder: str | Path) -> Suite:
+    """The whole folder: runs (with their profiles and traces) and the measurements."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise InputFileError(root, "not a folder (expected experiments.csv, workload_profiles.json, ...)")
+    profiles = read_profiles(root / "workload_profiles.json")
+    runs = read_experiments(root / "experiments.csv", root, profiles)
+    return Suite(root, runs, read_measured(root / "measured.csv"))
