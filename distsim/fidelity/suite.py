@@ -160,7 +160,9 @@ def replay_suite(
                 progress(f"run {run.id}: skipped: {reason}")
             continue
         result.seconds[run.id] = time.perf_counter() - started
-        result.notes[run.id] = run.flags()
+        done = int(simulated["completed"].sum())
+        unfinished = [] if done == len(simulated) else [f"{done} of {len(simulated)} requests completed"]
+        result.notes[run.id] = run.flags() + unfinished
         tables.append(compare_run(run, simulated, suite.measured_for(run), peers))
         if progress:
             progress(f"run {run.id}: {len(simulated)} requests replayed in {result.seconds[run.id]:.1f} s")
