@@ -22,7 +22,12 @@ class FieldReader:
     """Reads fields of ``cfg``; every error is a ConfigError on ``key`` naming ``where`` (the file)."""
 
     def __init__(
-        self, cfg: dict[str, Any], where: str, key: str, prefix: str = "", top_level: frozenset[str] = frozenset()
+        self,
+        cfg: dict[str, Any],
+        where: str,
+        key: str,
+        prefix: str = "",
+        top_level: frozenset[str] = frozenset(),
     ):
         """``prefix`` names the object ``cfg`` sits in (``"text_config."``, ``"quantization_config."``) in
         messages; fields named in ``top_level`` were taken from the file's top level and carry no prefix."""
@@ -112,7 +117,9 @@ class FieldReader:
             return []
         if not isinstance(value, list):
             raise self.fail(f"'{self.label(name)}' must be a list of integers (got {excerpt(value)})")
-        return [self._check_int(f"{self.label(name)}[{i}]", v, minimum, maximum, why) for i, v in enumerate(value)]
+        return [
+            self._check_int(f"{self.label(name)}[{i}]", v, minimum, maximum, why) for i, v in enumerate(value)
+        ]
 
     def choice_list(self, name: str, length: int, known: tuple[str, ...]) -> list[str] | None:
         """A list of exactly ``length`` strings from ``known``; null or absent: None."""
@@ -122,7 +129,9 @@ class FieldReader:
         if not isinstance(value, list):
             raise self.fail(f"'{self.label(name)}' must be a list of strings (got {excerpt(value)})")
         if len(value) != length:
-            raise self.fail(f"'{self.label(name)}' has {len(value)} entries but num_hidden_layers is {length}")
+            raise self.fail(
+                f"'{self.label(name)}' has {len(value)} entries but num_hidden_layers is {length}"
+            )
         for i, v in enumerate(value):
             if v not in known:
                 raise self.fail(f"'{self.label(name)}[{i}]' is {excerpt(v)}; supported: {', '.join(known)}")
@@ -134,7 +143,9 @@ class FieldReader:
         for n, v in found[1:]:
             if v != found[0][1]:
                 first, fv = found[0]
-                raise self.fail(f"'{self.label(first)}' ({fv}) and '{self.label(n)}' ({v}) disagree; give one value")
+                raise self.fail(
+                    f"'{self.label(first)}' ({fv}) and '{self.label(n)}' ({v}) disagree; give one value"
+                )
         return found[0] if found else (None, 0)
 
     def same_str(self, names: tuple[str, ...], default: str) -> str:

@@ -25,6 +25,7 @@ Conventions (documented because each is a modelling choice):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -32,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from distsim import inputs
-from distsim.catalog.fields import MAX_LAYERS, FieldReader
+from distsim.catalog.fields import MAX_LAYERS, MAX_SIZE, FieldReader
 from distsim.errors import ConfigError
 from distsim.inputs import excerpt
 
+FP8_SCALE_BYTES = 4  # vLLM holds FP8 weight scales (per tensor, channel or block) in float32
 MXFP4_BYTES_PER_PARAM = 4.25 / 8  # OCP MX spec v1.0: 32 x FP4 (4 bit) + one E8M0 scale (8 bit) per block
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
@@ -84,6 +86,17 @@ class ModelSpec:
     lm_head_params: int = 0  # 0 when tied to the embedding
     final_norm_params: int = 0
     active_matmul_params: int = 0  # matmul weights one token multiplies, lm_head excluded
+    # Bytes per parameter of each group when it differs from dtype_bytes (FP8: quantised matrices at 1
+    # byte plus their float32 scales, biases, norms and ignored modules at dtype_bytes); 0.0: dtype_bytes.
+    # Routed experts use expert_weight_bytes above.
+    attn_weight_bytes: float = 0.0
+    kv_proj_weight_bytes: float = 0.0
+    layer_replicated_weight_bytes: float = 0.0
+    dense_mlp_weight_bytes: float = 0.0
+    shared_expert_weight_bytes: float = 0.0
+    router_weight_bytes: float = 0.0
+    lm_head_weight_bytes: float = 0.0
+    kv_cache_bytes: int = 0  # bytes per cached K/V value; 0: dtype_bytes (vLLM's kv_cache_dtype=auto)
 
     # ---- whole-model figures -------------------------------------------------------------------
     @property
@@ -122,11 +135,16 @@ class ModelSpec:
         return self.total_params - idle
 
     @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes per cached K/V value: the model dtype unless the config declares an FP8 KV cache."""
+        return self.kv_cache_bytes or self.dtype_bytes
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """KV cache bytes one token adds over the whole model (full-attention layers; MLA: the latent)."""
         if self.is_mla:
-            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
-        return self.num_full_attention_layers * 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
+        return self.num_full_attention_layers * 2 * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
 
     # ---- tensor parallelism -------------------------------------------------------------------
     def check_tensor_parallel(self, tp: int, key: str = "cluster.engine.tensor_parallel_size") -> None:
@@ -150,12 +168,12 @@ class ModelSpec:
     def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
         if self.is_mla:
             return float(self.kv_bytes_per_token)  # the latent is replicated on every rank
-        per_head = self.num_full_attention_layers * 2 * self.head_dim * self.dtype_bytes
+        per_head = self.num_full_attention_layers * 2 * self.head_dim * self.kv_dtype_bytes
         return per_head * self.kv_heads_per_gpu(tp)
 
     def window_kv_bytes_per_token_per_gpu(self, tp: int) -> float:
         """KV bytes per token over the sliding-window layers only (0 without such layers)."""
-        return self.num_sliding_layers * 2 * self.head_dim * self.dtype_bytes * self.kv_heads_per_gpu(tp)
+        return self.num_sliding_layers * 2 * self.head_dim * self.kv_dtype_bytes * self.kv_heads_per_gpu(tp)
 
     def kv_window_bytes_per_seq_per_gpu(self, tp: int) -> float:
         """Most KV bytes one sequence holds in the sliding-window layers (a full window)."""
@@ -178,7 +196,22 @@ class ModelSpec:
         moe = self.num_moe_layers * (self.shared_expert_params / tp + self.router_params)
         vocab = (self.embed_params + self.lm_head_params) / tp
         params = self.num_layers * per_layer + dense + moe + vocab + self.final_norm_params
-        return int(round(params * self.dtype_bytes + self.routed_expert_bytes_per_gpu(tp)))
+        exact = params * self.dtype_bytes + self.routed_expert_bytes_per_gpu(tp)
+        return int(round(exact + self._width_correction_per_gpu(tp, kv_share)))
+
+    def _width_correction_per_gpu(self, tp: int, kv_share: float) -> float:
+        """Bytes per rank that groups stored at another width than dtype_bytes add (FP8: negative);
+        exactly 0 for a model without such groups, so its figures are unchanged."""
+        groups = (
+            (self.attn_weight_bytes, self.num_layers * self.attn_sharded_params / tp),
+            (self.kv_proj_weight_bytes, self.num_layers * self.kv_proj_params * kv_share),
+            (self.layer_replicated_weight_bytes, self.num_layers * self.layer_replicated_params),
+            (self.dense_mlp_weight_bytes, self.num_dense_layers * self.dense_mlp_params / tp),
+            (self.shared_expert_weight_bytes, self.num_moe_layers * self.shared_expert_params / tp),
+            (self.router_weight_bytes, self.num_moe_layers * self.router_params),
+            (self.lm_head_weight_bytes, self.lm_head_params / tp),
+        )
+        return sum((p * (w - self.dtype_bytes) for w, p in groups if w), 0.0)
 
     def non_expert_weight_bytes_per_gpu(self, tp: int) -> float:
         """Weight bytes every step reads whatever the routing: all but the routed experts."""
@@ -285,26 +318,208 @@ def _dtype_bytes(r: FieldReader) -> int:
     return _DTYPE_BYTES[name]
 
 
-def _expert_weight_bytes(r: FieldReader, dtype_bytes: int, experts: int) -> float:
-    """Bytes per routed-expert weight; any quantisation but gpt-oss's MXFP4 experts is refused."""
-    quant = r.cfg.get("quantization_config")
-    if quant is None:
-        return float(dtype_bytes)
-    if not isinstance(quant, dict):
-        raise r.fail(f"'quantization_config' must be an object (got {excerpt(quant)})")
-    method = quant.get("quant_method")
+_QUANT_REFUSAL = "(only unquantised bfloat16/float16/float32 weights, fp8 or compressed-tensors FP8 weights, and mxfp4 experts)"
+_FP8_STRATEGIES = ("tensor", "channel", "block", "group")
+
+
+@dataclass(frozen=True)
+class _Quant:
+    """``quantization_config`` reduced to what sizes the weights and the KV cache."""
+
+    method: str = ""  # "" (none), "mxfp4" or "fp8"
+    strategy: str = "tensor"  # FP8 weight scales: one per tensor, output channel, block or group
+    block: tuple[int, int] = (1, 1)  # block: (rows, columns) per scale; group: (1, group_size)
+    ignore: tuple[str, ...] = ()  # modules left at the model dtype (``ignore`` / ``modules_to_not_convert``)
+    kv_bytes: int = 0  # bytes per KV value when kv_cache_scheme is FP8; 0: the model dtype
+
+
+def _read_quant(r: FieldReader, experts: int) -> _Quant:
+    """The weight format; refuses the methods not modelled rather than sizing them as bf16."""
+    q = r.sub("quantization_config")
+    if q is None:
+        return _Quant()
+    method = q.cfg.get("quant_method")
     if not isinstance(method, str):
-        raise r.fail(f"'quantization_config.quant_method' must name the method (got {excerpt(method)})")
+        raise r.fail(f"'{q.label('quant_method')}' must name the method (got {excerpt(method)})")
     if method == "mxfp4" and experts:  # gpt-oss: experts in MXFP4; attention, router, embedding stay bf16
-        return MXFP4_BYTES_PER_PARAM
+        return _Quant(method="mxfp4")
     if method == "mxfp4":
         raise r.fail(
-            "'quantization_config.quant_method' mxfp4 is supported only for the experts of a mixture-of-experts model"
+            f"'{q.label('quant_method')}' mxfp4 is supported only for the experts of a mixture-of-experts model"
         )
-    raise r.fail(
-        f"'quantization_config.quant_method' {excerpt(method)} is not supported "
-        "(only unquantised bfloat16/float16/float32 weights, and mxfp4 experts)"
+    if method == "fp8":  # HF FineGrainedFP8 / vLLM Fp8Config: per-tensor scales unless weight_block_size
+        block = q.int_list("weight_block_size", 1, MAX_SIZE, "a block is at most a whole matrix")
+        if block and len(block) != 2:
+            raise r.fail(f"'{q.label('weight_block_size')}' must be [rows, columns] (got {excerpt(block)})")
+        strategy = "block" if block else "tensor"
+        return _Quant(
+            "fp8", strategy, (block[0], block[1]) if block else (1, 1), _ignored(q, "modules_to_not_convert")
+        )
+    if method == "compressed-tensors":
+        return _read_compressed(r, q)
+    raise r.fail(f"'{q.label('quant_method')}' {excerpt(method)} is not supported {_QUANT_REFUSAL}")
+
+
+def _ignored(q: FieldReader, name: str) -> tuple[str, ...]:
+    patterns = tuple(q.str_list(name))
+    for p in patterns:
+        if p.startswith("re:"):
+            try:
+                re.compile(p[3:])
+            except re.error as e:
+                raise q.fail(f"'{q.label(name)}' holds a bad regular expression {excerpt(p)}: {e}") from None
+    return patterns
+
+
+def _read_compressed(r: FieldReader, q: FieldReader) -> _Quant:
+    """compressed-tensors: every config group must hold FP8 weights (8-bit float) on Linear layers."""
+    schemes = set()
+    groups = q.subs("config_groups")
+    if not groups:
+        raise r.fail(f"'{q.label('config_groups')}' must hold at least one scheme")
+    for g in groups:
+        if g.str_list("targets") != ["Linear"]:
+            raise r.fail(f"'{g.label('targets')}' must be [\"Linear\"] (other targets are not modelled)")
+        w = g.sub("weights")
+        if w is None or (w.int("num_bits"), w.str("type", "int")) != (8, "float"):
+            raise r.fail(
+                f"'{g.label('weights')}' must be 8-bit float (FP8) weights; others are not supported {_QUANT_REFUSAL}"
+            )
+        strategy = w.str("strategy", "tensor")
+        if strategy not in _FP8_STRATEGIES:
+            raise r.fail(
+                f"'{w.label('strategy')}' is {excerpt(strategy)}; supported: {', '.join(_FP8_STRATEGIES)}"
+            )
+        block = (1, 1)
+        if strategy == "block":
+            sizes = w.int_list("block_structure", 1, MAX_SIZE, "a block is at most a whole matrix")
+            if len(sizes) != 2:
+                raise r.fail(f"'{w.label('block_structure')}' must be [rows, columns] (got {excerpt(sizes)})")
+            block = (sizes[0], sizes[1])
+        elif strategy == "group":
+            block = (1, w.int("group_size"))
+        schemes.add((strategy, block))
+    if len(schemes) > 1:
+        raise r.fail(f"'{q.label('config_groups')}' mixes weight schemes {sorted(schemes)}; one is modelled")
+    kv = q.sub("kv_cache_scheme")
+    if kv is not None and (kv.int("num_bits"), kv.str("type", "int")) != (8, "float"):
+        raise r.fail(f"'{q.label('kv_cache_scheme')}' must be an 8-bit float (FP8) cache or null")
+    ((strategy, block),) = schemes
+    return _Quant("fp8", strategy, block, _ignored(q, "ignore"), 1 if kv is not None else 0)
+
+
+# Module names (HF conventions of Llama, Mixtral, Qwen, DeepSeek and Llama-4) an ignore list may name,
+# per parameter group; a group is left at the model dtype in the layers where any of them is ignored.
+_GROUP_MODULES = {
+    "attn": tuple(
+        f"self_attn.{m}"
+        for m in (
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "qkv_proj",
+            "q_a_proj",
+            "q_b_proj",
+            "kv_a_proj_with_mqa",
+            "kv_b_proj",
+        )
+    ),
+    "mlp": tuple(f"{b}.{m}" for b in ("mlp", "feed_forward") for m in ("gate_proj", "up_proj", "down_proj")),
+    "expert": (
+        "mlp.experts",
+        "feed_forward.experts",
+        "block_sparse_moe.experts",
+        "mlp.experts.0.gate_proj",
+        "block_sparse_moe.experts.0.w1",
+    ),
+    "shared": tuple(
+        f"{b}.{m}.gate_proj" for b in ("mlp", "feed_forward") for m in ("shared_expert", "shared_experts")
+    ),
+    "router": ("mlp.gate", "block_sparse_moe.gate", "feed_forward.router", "mlp.router"),
+}
+
+
+def _matches(patterns: tuple[str, ...], exact: frozenset[str], name: str) -> bool:
+    """An ignore entry names ``name``: exactly (after dropping a ``language_model.`` wrapper) or as a
+    ``re:`` regular expression matched from the start, as compressed-tensors matches them."""
+    if name in exact:
+        return True
+    spelled = (name, "language_model." + name, "model.language_model." + name.removeprefix("model."))
+    return any(re.match(p[3:], n) for p in patterns if p.startswith("re:") for n in spelled)
+
+
+def _ignored_fraction(quant: _Quant, group: str, layers: int) -> float:
+    """Share of the layers in which ``group`` stays at the model dtype (lm_head: 0 or 1)."""
+    exact = frozenset(
+        p.replace("model.language_model.", "model.").removeprefix("language_model.")
+        for p in quant.ignore
+        if not p.startswith("re:")
     )
+    if group == "lm_head":
+        return 1.0 if _matches(quant.ignore, exact, "lm_head") else 0.0
+    hit = sum(
+        1
+        for i in range(layers)
+        if any(_matches(quant.ignore, exact, f"model.layers.{i}.{m}") for m in _GROUP_MODULES[group])
+    )
+    return hit / layers
+
+
+def _scale_bytes(quant: _Quant, rows: int, cols: int) -> int:
+    """float32 scale bytes of one FP8 weight matrix (vLLM keeps the scales in float32)."""
+    if quant.strategy == "tensor":
+        return FP8_SCALE_BYTES
+    if quant.strategy == "channel":
+        return FP8_SCALE_BYTES * rows
+    br, bc = quant.block  # block and group: ceil over both dimensions
+    return FP8_SCALE_BYTES * -(-rows // br) * -(-cols // bc)
+
+
+def _group_width(
+    quant: _Quant, dtype: int, params: int, matrices: list[tuple[int, int]], ignored: float
+) -> float:
+    """Bytes per parameter of one group: its FP8 matrices at 1 byte plus scales where not ignored, every
+    other parameter (biases, norms, ignored layers) at the model dtype. 0.0 (the model dtype) unless FP8."""
+    if quant.method != "fp8" or not params:
+        return 0.0
+    weights = sum(r * c for r, c in matrices)
+    scales = sum(_scale_bytes(quant, r, c) for r, c in matrices)
+    saved = (1.0 - ignored) * (weights * (dtype - 1) - scales)
+    return (params * dtype - saved) / params
+
+
+def _widths(
+    quant: _Quant, dtype: int, layers: int, groups: dict[str, tuple[int, list[tuple[int, int]]]]
+) -> dict[str, float]:
+    """ModelSpec's ``*_weight_bytes`` fields from (params, matrices) per group (``expert`` included)."""
+    field = {
+        "attn": "attn_weight_bytes",
+        "kv": "kv_proj_weight_bytes",
+        "replicated": "layer_replicated_weight_bytes",
+        "mlp": "dense_mlp_weight_bytes",
+        "shared": "shared_expert_weight_bytes",
+        "router": "router_weight_bytes",
+        "lm_head": "lm_head_weight_bytes",
+        "expert": "expert_weight_bytes",
+    }
+    ignore_group = {"kv": "attn", "replicated": "attn"}
+    out = {"router_weight_bytes": 0.0}  # vLLM builds every MoE router unquantised (quant_config=None)
+    for g, (params, mats) in groups.items():
+        if g == "router":
+            continue
+        f = _ignored_fraction(quant, ignore_group.get(g, g), layers) if quant.method == "fp8" else 0.0
+        out[field[g]] = _group_width(quant, dtype, params, mats, f)
+    if quant.method == "mxfp4":
+        out["expert_weight_bytes"] = MXFP4_BYTES_PER_PARAM
+    elif not out["expert_weight_bytes"]:
+        out["expert_weight_bytes"] = float(dtype)
+    return out
+
+
+def _mlp_mats(hidden: int, inter: int) -> list[tuple[int, int]]:
+    """(rows, columns) of a gated MLP's gate, up and down projections."""
+    return [(inter, hidden), (inter, hidden), (hidden, inter)] if inter else []
 
 
 def _sliding_layers(r: FieldReader, num_layers: int) -> tuple[int, int]:
@@ -412,7 +627,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         shared_inter, n_shared = wide_shared, 1
     moe_layers = _moe_layer_count(r, layers, first_k) if experts else 0
     window, sliding = _sliding_layers(r, layers)
-    expert_bytes = _expert_weight_bytes(r, dtype, experts)
+    quant = _read_quant(r, experts)
 
     # --- attention parameters per layer
     kv_lora = r.int("kv_lora_rank", default=0, minimum=0)
@@ -431,6 +646,10 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         attn_sharded, kv_proj = kv_b + o + (q - hidden * q_lora), 0
         attn_replicated = kv_a + kv_lora + q_a  # kv_a projection and its norm are replicated too
         attn_matmul = q + kv_a + kv_b + o
+        q_mats = [(q_out, q_lora)] if q_lora else [(q_out, hidden)]
+        attn_mats = [*q_mats, (heads * (nope + v_dim), kv_lora), (hidden, heads * v_dim)]
+        kv_mats: list[tuple[int, int]] = []
+        repl_mats = [(kv_lora + rope, hidden)] + ([(q_lora, hidden)] if q_lora else [])
         mla = dict(
             kv_lora_rank=kv_lora,
             q_lora_rank=q_lora,
@@ -447,6 +666,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         sinks = heads if model_type == "gpt_oss" else 0  # gpt-oss: one learned attention sink per head
         attn_sharded, attn_replicated = q + o + sinks, 0
         attn_matmul = hidden * heads * head_dim * 2 + 2 * hidden * kv_heads * head_dim
+        attn_mats = [(heads * head_dim, hidden), (hidden, heads * head_dim)]
+        kv_mats, repl_mats = [(kv_heads * head_dim, hidden)] * 2, []
     qk_norm = 2 * head_dim if model_type.startswith("qwen3") else 0
     layer_replicated = 2 * hidden + qk_norm + attn_replicated
 
@@ -458,6 +679,21 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
     shared = 3 * hidden * shared_inter
     embed = vocab * hidden
     tied = r.bool("tie_word_embeddings", default=False)
+    widths = _widths(
+        quant,
+        dtype,
+        layers,
+        {
+            "attn": (attn_sharded, attn_mats),
+            "kv": (kv_proj, kv_mats),
+            "replicated": (layer_replicated, repl_mats),
+            "mlp": (dense_mlp, _mlp_mats(hidden, dense_inter)),
+            "expert": (expert, _mlp_mats(hidden, moe_inter)),
+            "shared": (shared, _mlp_mats(hidden, shared_inter)),
+            "router": (router, [(experts, hidden)]),
+            "lm_head": (0 if tied else embed, [(vocab, hidden)]),
+        },
+    )
 
     active_matmul = (
         layers * attn_matmul
@@ -482,7 +718,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         moe_intermediate_size=moe_inter,
         num_moe_layers=moe_layers,
         first_k_dense_replace=first_k,
-        expert_weight_bytes=expert_bytes,
+        kv_cache_bytes=quant.kv_bytes,
         sliding_window=window,
         num_sliding_layers=sliding,
         attn_sharded_params=attn_sharded,
@@ -496,6 +732,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         lm_head_params=0 if tied else embed,
         final_norm_params=hidden,
         active_matmul_params=active_matmul,
+        **widths,
         **mla,
     )
 
