@@ -20,7 +20,31 @@ Conventions (documented because each is a modelling choice):
   the bounded window cache is reported per sequence by :meth:`ModelSpec.kv_window_bytes_per_seq_per_gpu`.
 * MXFP4-quantised experts (gpt-oss) store 4.25 bits per weight: 4-bit FP4 values plus one 8-bit shared
   scale per block of 32 (OCP Microscaling Formats spec v1.0). Other quantisation methods are refused
-  rather than silently sized as bf16.
+  rather than silently sized as bf16 (awq, gptq, bitsandbytes, int8 compressed-tensors...).
+* ``text_config`` (multimodal wrappers: Llama-4, Qwen-VL style): the language model's fields are read
+  from it; ``torch_dtype``, ``dtype``, ``quantization_config`` and ``tie_word_embeddings`` are taken from
+  the top level only when ``text_config`` lacks them (absent or null): ``text_config`` wins. The vision
+  tower and projector are not counted (vLLM holds them too, a few hundred MB for Llama-4). Errors name
+  nested fields as ``text_config.<field>``.
+* Llama-4 (``model_type`` llama4_text): layer ``i`` is MoE when ``(i + 1) % interleave_moe_layer_step ==
+  0``; each MoE layer has ``num_local_experts`` routed experts and one shared expert, all of width
+  ``intermediate_size``, top-``num_experts_per_tok`` routing (router ``hidden x experts``, no bias); dense
+  layers use ``intermediate_size_mlp``. ``use_qk_norm`` is a weightless L2 norm (no parameters).
+  ``attention_chunk_size`` / ``no_rope_layers`` (chunked local attention in 3 of 4 layers) are not
+  modelled: vLLM turns its hybrid KV cache manager off for chunked local attention by default, so every
+  layer caches every token (what the Scout runs' 8,253 KV blocks at TP2 agree with), and attention FLOPs
+  are those of full attention (exact up to ``attention_chunk_size`` tokens, 8,192 for Scout).
+* FP8 weights: ``quant_method`` ``fp8`` (per-tensor scales, or one per ``weight_block_size`` block;
+  ``modules_to_not_convert``) and ``compressed-tensors`` whose ``config_groups.*`` all target
+  ``Linear`` with 8-bit float ``weights`` (``strategy`` tensor, channel, block with ``block_structure``,
+  or group with ``group_size``; ``ignore``). Quantised matrices (attention Q/K/V/O and MLA projections,
+  dense MLPs, routed and shared experts, lm_head) store 1 byte per weight plus float32 scales as vLLM
+  keeps them: 4 bytes per tensor, per output row (channel), per ``ceil(rows/br) x ceil(cols/bc)`` block
+  or per row and group. Biases, norms, the embedding (not a Linear) and the MoE router (vLLM builds it
+  with ``quant_config=None``) stay at the model dtype, as do the modules the ignore list names: exact
+  names (a ``language_model.`` wrapper dropped) or ``re:`` regular expressions matched from the start,
+  each group counted in the layers where it is ignored. K/V values are cached at the model dtype unless
+  ``kv_cache_scheme`` declares 8-bit floats (then 1 byte). Activations stay at the model dtype.
 """
 
 from __future__ import annotations
