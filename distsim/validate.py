@@ -71,7 +71,7 @@ def describe(v: Validation) -> str:
     eng = v.config.cluster.engine
     return (
         f"{v.run.name}: {len(v.run.requests)} requests on {v.config.cluster.hardware} ({v.config.cluster.model}), "
-        f"{model}; engine max_num_seqs={eng.max_num_seqs} max_num_batched_tokens={eng.max_num_batched_tokens} "
+        f"{model}; engine data_parallel_size={eng.data_parallel_size} max_num_seqs={eng.max_num_seqs} max_num_batched_tokens={eng.max_num_batched_tokens} "
         f"total_kv_blocks={v.result.instances['total_kv_blocks'].iloc[0]}; simulated: {r['completed']} completed, "
         f"{r['dropped']} dropped, {int(v.result.requests['preemptions'].sum())} preemptions"
     )

@@ -34,25 +34,31 @@ PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as l
 
 
 def build_instances(pools: Sequence[Any], loop: EventLoop, fast_forward: bool) -> tuple[list[Instance], list[Any]]:
-    """One Instance per replica of each pool, numbered in pool order; and each instance's pool."""
+    """One Instance per engine, numbered in pool order: a configured instance with
+    data_parallel_size N is N consecutive engines sharing one ``dp_group`` (the configured instance's
+    number); and each engine's pool."""
     instances: list[Instance] = []
     pool_of: list[Any] = []
+    group = 0
     for pool in pools:
         for _ in range(pool.count):
-            inst = Instance(
-                len(instances),
-                pool.engine,
-                pool.latency,
-                loop,
-                None,  # the cluster wires its callbacks
-                fast_forward=fast_forward,
-                pool=pool.name,
-                role=pool.role,
-                hardware=pool.hardware.name,
-                gpus=pool.tensor_parallel_size,
-            )
-            instances.append(inst)
-            pool_of.append(pool)
+            for _ in range(pool.data_parallel_size):
+                inst = Instance(
+                    len(instances),
+                    pool.engine,
+                    pool.latency,
+                    loop,
+                    None,  # the cluster wires its callbacks
+                    fast_forward=fast_forward,
+                    pool=pool.name,
+                    role=pool.role,
+                    hardware=pool.hardware.name,
+                    gpus=pool.tensor_parallel_size,
+                )
+                inst.dp_group = group
+                instances.append(inst)
+                pool_of.append(pool)
+            group += 1
     return instances, pool_of
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from distsim.cluster.data_parallel import DataParallelBalancer
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
@@ -73,6 +74,7 @@ class Cluster:
         self.dispatch_us = policy.dispatch_us
         self.frontend = frontend if frontend.ingests else None  # ingestion delays each request's dispatch
         self.trace = policy.trace_decisions
+        self.dp = DataParallelBalancer(instances, state.in_transit) if DataParallelBalancer.needed(instances) else None
         for inst in instances:
             inst.on_done, inst.on_prefilled, inst.on_reserved = self._on_done, self._on_prefilled, self._on_reserved
         self.decisions: list[tuple] = []
@@ -146,6 +148,8 @@ class Cluster:
     def _route(self, req: Request, now: int, router: Any, view: ClusterView, stage: str) -> int:
         local = router.route(req, view)
         chosen = int(view.members[local])
+        if self.dp is not None:  # the pick names a DP group; vLLM's balancer picks its engine
+            chosen = self.dp.pick(chosen)
         if self.trace:
             scores = getattr(router, "last_scores", None)
             if scores is None:

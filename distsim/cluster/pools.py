@@ -27,6 +27,7 @@ class PoolSpec:
     engine: EngineParams
     latency: LatencyModel
     key: str  # config path of this pool, for messages
+    data_parallel_size: int = 1  # engines per instance, behind vLLM's balancer (distsim.cluster.data_parallel)
 
 
 def _merged(base: Any, overrides: Any, key: str) -> DictConfig:
@@ -91,11 +92,11 @@ def _resolve_pool(cluster: Any, raw: Any, key: str, model: Any) -> PoolSpec:
     latency_cfg = _merged(cluster.latency, raw.get("latency"), "cluster.latency" if key == "cluster" else f"{key}.latency")
     checks.engine(engine, engine_key)
     hardware = load_hardware(raw.get("hardware") or cluster.hardware)
-    tp = engine.tensor_parallel_size
-    checks.tp_within_node(tp, hardware, cluster.gpus_per_node, engine_key)
+    tp, dp = engine.tensor_parallel_size, engine.data_parallel_size
+    checks.tp_within_node(tp, hardware, cluster.gpus_per_node, engine_key, dp)
     params = _engine_params(engine, model, hardware, engine_key)
     latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp))
-    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key)
+    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp)
 
 
 def _check_pools_together(pools: list[PoolSpec]) -> None:
@@ -124,5 +125,7 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
     for raw, key in zip(raw_pools, keys):
         _check_pool(raw, key, names)
         pools.append(_resolve_pool(cluster, raw, key, model))
+    if any(p.data_parallel_size > 1 for p in pools):  # every DP replica is an engine of its own
+        check_instances_fit(sum(p.count * p.data_parallel_size for p in pools), "cluster.engine.data_parallel_size")
     _check_pools_together(pools)
     return pools

@@ -206,6 +206,7 @@ def engine(engine: Any, key: str) -> None:
             raise ConfigError(f"{key}.{sub}", f"{rule} (got {value!r})")
 
     need(engine.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1", engine.tensor_parallel_size)
+    need(engine.data_parallel_size >= 1, "data_parallel_size", "must be >= 1", engine.data_parallel_size)
     need(engine.max_num_seqs >= 1, "max_num_seqs", "must be >= 1", engine.max_num_seqs)
     need(engine.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1", engine.max_num_batched_tokens)
     need(
@@ -227,9 +228,11 @@ def engine(engine: Any, key: str) -> None:
     need(engine.scheduler in QUEUES, "scheduler", f"must be one of {', '.join(sorted(QUEUES))}", engine.scheduler)
 
 
-def tp_within_node(tp: int, hardware: Any, gpus_per_node: int | None, engine_key: str) -> None:
+def tp_within_node(tp: int, hardware: Any, gpus_per_node: int | None, engine_key: str, dp: int = 1) -> None:
     """Tensor parallelism stays inside one node's GPU link (NVLink or PCIe): the step model costs the
-    all-reduce on that link only, so a TP group that would cross the network is refused."""
+    all-reduce on that link only, so a TP group that would cross the network is refused. An instance
+    with data_parallel_size > 1 is one vLLM server whose tp x dp GPUs share a node (vLLM's single-node
+    DP, as the real runs used), so those must fit too."""
     if gpus_per_node is not None and gpus_per_node < 1:
         raise ConfigError("cluster.gpus_per_node", f"must be >= 1 or null (got {gpus_per_node})")
     per_node = gpus_per_node or hardware.gpus_per_node
@@ -239,6 +242,13 @@ def tp_within_node(tp: int, hardware: Any, gpus_per_node: int | None, engine_key
             f"{tp} GPUs do not fit in one {hardware.name} node ({per_node} GPUs joined by its "
             f"{hardware.link_gbps_per_dir:g} GB/s link); tensor parallelism across nodes is not modelled: "
             "use more instances, or set cluster.gpus_per_node if your nodes join more GPUs (e.g. 72 for GB200 NVL72)",
+        )
+    if tp * dp > per_node:
+        raise ConfigError(
+            f"{engine_key}.data_parallel_size",
+            f"{dp} replicas x tensor_parallel_size {tp} = {tp * dp} GPUs do not fit in one {hardware.name} node "
+            f"({per_node} GPUs); one vLLM server with data parallelism is modelled on one node: "
+            "use more instances (cluster.instances or a pool's count) instead, or set cluster.gpus_per_node",
         )
 
 

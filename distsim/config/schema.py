@@ -23,6 +23,7 @@ class EngineConfig:
     """vLLM engine settings, with vLLM's names."""
 
     tensor_parallel_size: int = 1
+    data_parallel_size: int = 1  # engine replicas behind vLLM's own balancer, each with tensor_parallel_size GPUs
     max_model_len: int | None = None  # longest prompt + output served (null: the model's context length)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048

@@ -121,6 +121,7 @@ def _engine_settings(meta: dict[str, Any], path: Path) -> EngineSettings:
                 "engine_kwargs.tensor_parallel_size",
                 kwargs.get("tensor_parallel_size"),
             ),
+            "data_parallel_size": ("engine_kwargs.data_parallel_size", kwargs.get("data_parallel_size")),
         },
         path,
     )

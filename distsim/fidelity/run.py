@@ -46,6 +46,7 @@ class EngineSettings:
     enable_chunked_prefill: bool | None = None
     scheduler_reserve_full_isl: bool | None = None
     tensor_parallel_size: int | None = None
+    data_parallel_size: int | None = None  # engine replicas behind one API server (vLLM --data-parallel-size)
 
     def overrides(self) -> dict[str, object]:
         """``cluster.engine.*`` values for the recorded settings."""

@@ -82,6 +82,7 @@ class Instance:
         self.role = role
         self.hardware = hardware
         self.gpus = gpus
+        self.dp_group = index  # the configured instance this engine belongs to (data parallelism)
         self.priority = PRIO_INSTANCE + index
         self._set_engine(params)
         self.stats = InstanceStats()

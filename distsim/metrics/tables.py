@@ -62,7 +62,10 @@ def instance_table(cluster: Any) -> pd.DataFrame:
                 "prompt_tokens": s.prompt_tokens,
             }
         )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if cluster.dp is not None:  # data parallelism: each engine's configured instance (its DP group)
+        frame.insert(1, "dp_group", [inst.dp_group for inst in cluster.instances])
+    return frame
 
 
 def itl_samples(cluster: Any) -> tuple[np.ndarray, np.ndarray]:
