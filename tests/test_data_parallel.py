@@ -1,7 +1,7 @@
 """cluster.engine.data_parallel_size: N engine replicas behind vLLM's balancer, per configured instance.
 
 One configured instance with dp=2 gives the same results as a plain 2-instance cluster whose router
-applies the balancer's rule (fewest waiting incl. in transit, then fewest running, then lowest index);
+applies the balancer's rule (lowest 4 x waiting incl. in transit + running, as vLLM's DP client, then lowest index);
 requests are conserved and every invariant holds after each event; GPUs and cost count tp x dp; bad
 values are one ConfigError naming the key; a bench run's meta.json carries the value to validate.
 """
@@ -38,7 +38,7 @@ class BalancerRule(Router):
     def route(self, req, view) -> int:
         waiting = view.queue_depth() + view.in_transit()
         running = view.running()
-        return min(range(view.n), key=lambda i: (int(waiting[i]), int(running[i]), i))
+        return min(range(view.n), key=lambda i: (4 * int(waiting[i]) + int(running[i]), i))
 
 
 def _requests(seed: int, n: int = 300) -> list[Request]:

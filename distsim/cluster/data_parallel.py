@@ -2,8 +2,9 @@
 replicas behind one API server, whose client sends each request to the least-loaded replica.
 
 The cluster's router scores the engines as usual; its pick names a DP group (the configured instance
-that engine belongs to), and inside that group this balancer chooses the engine with the fewest
-waiting requests, then the fewest running ones, then the lowest index (deterministic). It reads the
+that engine belongs to), and inside that group this balancer chooses the engine with the lowest score
+4 x waiting + running, as vLLM's DP client (DPLBAsyncMPClient) scores its engines (a queued request
+weighs four running ones: it delays a first token), ties to the lowest index (deterministic). It reads the
 engines' live counts, as vLLM's client reads its engines' reported counts and counts the requests it
 has sent itself: a request still in transit to an engine counts as waiting there.
 With data_parallel_size 1 every group is one engine and the cluster builds no balancer.
@@ -34,15 +35,15 @@ class DataParallelBalancer:
         groups = [inst.dp_group for inst in instances]
         return len(set(groups)) < len(groups)
 
-    def load(self, i: int) -> tuple[int, int, int]:
-        """Engine ``i``'s load as vLLM's balancer orders it: (waiting, running, index)."""
+    def load(self, i: int) -> tuple[int, int]:
+        """Engine ``i``'s load as vLLM's balancer orders it: (4 x waiting + running, index)."""
         inst = self.instances[i]
         waiting = len(inst.waiting) + len(inst.landed) + int(self.in_transit[i])
-        return waiting, len(inst.running), i
+        return 4 * waiting + len(inst.running), i
 
     def pick(self, chosen: int) -> int:
         """The engine of ``chosen``'s DP group that receives the request."""
         group = self.group_of[chosen]
         if len(group) == 1:
             return chosen
-        return min(self.load(i) for i in group)[2]
+        return min(self.load(i) for i in group)[1]
