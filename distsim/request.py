@@ -44,7 +44,6 @@ class Request:
         "status",
         "instance",
         "prefill_instance",
-        "enqueue_us",
         "first_scheduled_us",
         "first_token_us",
         "completion_us",
@@ -88,7 +87,6 @@ class Request:
         self.status = Status.UNFINISHED
         self.instance = -1
         self.prefill_instance = -1
-        self.enqueue_us = -1
         self.first_scheduled_us = -1
         self.first_token_us = -1
         self.completion_us = -1

@@ -95,19 +95,17 @@ class FieldReader:
 
     def bool(self, name: str, default: bool) -> bool:
         """A JSON boolean (``true``/``false``, not ``"false"`` or 0); null or absent: ``default``."""
-        value = self.cfg.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(f"'{self.label(name)}' must be true or false (got {excerpt(value)})")
-        return value
+        return self._typed(name, default, bool, "true or false")
 
     def str(self, name: str, default: str) -> str:
+        return self._typed(name, default, str, "a string")
+
+    def _typed(self, name: str, default: Any, kind: type, rule: str) -> Any:
         value = self.cfg.get(name)
         if value is None:
             return default
-        if not isinstance(value, str):
-            raise self.fail(f"'{self.label(name)}' must be a string (got {excerpt(value)})")
+        if not isinstance(value, kind):
+            raise self.fail(f"'{self.label(name)}' must be {rule} (got {excerpt(value)})")
         return value
 
     def int_list(self, name: str, minimum: int, maximum: int, why: str) -> list[int]:

@@ -62,12 +62,12 @@ def build_instances(pools: Sequence[Any], loop: EventLoop, fast_forward: bool) -
     return instances, pool_of
 
 
-def _facts(instances: list[Instance], pool_of: list[Any]) -> dict[str, np.ndarray]:
+def _facts(instances: list[Instance], pool_of: list[Any], board: SignalBoard) -> dict[str, np.ndarray]:
     """Static per-instance facts a policy may read (view.facts)."""
     return {
         "gpus": np.array([inst.gpus for inst in instances], dtype=np.int64),
         "price_usd_per_gpu_hour": np.array([p.hardware.price_usd_per_gpu_hour for p in pool_of], dtype=np.float64),
-        "total_kv_blocks": np.array([inst.kv.total for inst in instances], dtype=np.float64),
+        "total_kv_blocks": board.kv_total,
         "max_num_batched_tokens": np.array([inst.max_tokens for inst in instances], dtype=np.int64),
     }
 
@@ -87,7 +87,7 @@ def build_routes(
     """The router(s) over their views, and the admission policy over the entry view."""
     routing = policy.routing
     index = _prefix_index(routing, instances)
-    facts = _facts(instances, pool_of)
+    facts = _facts(instances, pool_of, board)
     models = [inst.latency for inst in instances]
     extra = {"default_ttft_slo_ms": slo.ttft_ms}
 
@@ -114,8 +114,7 @@ def build_cluster(
 ) -> Cluster:
     """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says."""
     instances, pool_of = build_instances(pools, loop, fast_forward)
-    kv_total = np.array([inst.kv.total for inst in instances], dtype=np.float64)
-    board = SignalBoard(instances, kv_total, signals, loop, stream(seed, "signals"))
+    board = SignalBoard(instances, signals, loop, stream(seed, "signals"))
     state = RouterState(len(instances))
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo)
     if board.live and (getattr(routes.router, "reads_signals", False) or getattr(admission, "reads_signals", False)):

@@ -119,13 +119,16 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
 
     model = load_model(cluster.model)
     raw_pools, keys = _raw_pools(cluster)
-    check_instances_fit(sum(int(raw["count"]) for raw in raw_pools), "cluster.pools" if cluster.pools else "cluster.instances")
     names: set[str] = set()
     pools = []
     for raw, key in zip(raw_pools, keys):
         _check_pool(raw, key, names)
         pools.append(_resolve_pool(cluster, raw, key, model))
-    if any(p.data_parallel_size > 1 for p in pools):  # every DP replica is an engine of its own
-        check_instances_fit(sum(p.count * p.data_parallel_size for p in pools), "cluster.engine.data_parallel_size")
     _check_pools_together(pools)
+    engines = sum(p.count * p.data_parallel_size for p in pools)  # every DP replica is an engine of its own
+    if any(p.data_parallel_size > 1 for p in pools):
+        key = "cluster.engine.data_parallel_size"
+    else:
+        key = "cluster.pools" if cluster.pools else "cluster.instances"
+    check_instances_fit(engines, key)
     return pools

@@ -22,9 +22,7 @@ from distsim.engine.loop import PRIO_CLUSTER, EventLoop
 
 
 class SignalBoard:
-    def __init__(
-        self, instances: list, kv_total: np.ndarray, settings: SignalSettings, loop: EventLoop, rng: np.random.Generator
-    ):
+    def __init__(self, instances: list, settings: SignalSettings, loop: EventLoop, rng: np.random.Generator):
         n = len(instances)
         self.instances = instances
         self.loop = loop
@@ -35,7 +33,7 @@ class SignalBoard:
         self.queued_tokens = np.zeros(n, dtype=np.int64)
         self.cached_tokens = np.zeros(n, dtype=np.int64)
         self.prompt_tokens = np.zeros(n, dtype=np.int64)
-        self.kv_total = np.asarray(kv_total, dtype=np.float64)
+        self.kv_total = np.array([inst.kv.total for inst in instances], dtype=np.float64)
         self.in_run: dict[int, Any] = {}  # instance index -> instance, while it fast-forwards a decode run
         self.cadence = settings.cadence
         self.delay_us = settings.transport_delay_us

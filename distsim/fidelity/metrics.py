@@ -24,13 +24,17 @@ def latency_stats(requests: pd.DataFrame) -> dict[str, float]:
         values = requests[lat].to_numpy(dtype=np.float64)
         values = values[~np.isnan(values)]
         for stat in STATS:
-            if values.size == 0:
-                out[f"{lat}.{stat}"] = math.nan
-            elif stat == "mean":
-                out[f"{lat}.{stat}"] = float(values.mean())
-            else:
-                out[f"{lat}.{stat}"] = float(np.percentile(values, float(stat[1:])))
+            out[f"{lat}.{stat}"] = stat_of(values, stat)
     return out
+
+
+def stat_of(values: np.ndarray, stat: str) -> float:
+    """``mean`` or a numpy (linear) percentile ``pNN`` of ``values``; NaN when there are none."""
+    if values.size == 0:
+        return math.nan
+    if stat == "mean":
+        return float(values.mean())
+    return float(np.percentile(values, float(stat[1:])))
 
 
 def error_pct(measured: float, simulated: float) -> float:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from distsim.fidelity.metrics import stat_of
+
 STAGE_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
 WHOLE_RUN = -1
 
@@ -28,20 +30,12 @@ def stage_index(arrival_s: np.ndarray, durations_s: Sequence[float]) -> np.ndarr
     return np.minimum(idx, len(bounds) - 1)
 
 
-def _stat(values: np.ndarray, stat: str) -> float:
-    if values.size == 0:
-        return math.nan
-    if stat == "mean":
-        return float(values.mean())
-    return float(np.percentile(values, float(stat[1:])))
-
-
 def group_metrics(e2e_ms: np.ndarray, ttft_ms: np.ndarray, output_tokens: np.ndarray) -> dict[str, float]:
     """The :data:`STAGE_METRICS` of one group of completed requests."""
     out = {}
     for name, values in (("e2e", e2e_ms), ("ttft", ttft_ms)):
         for stat in ("mean", "p90", "p99"):
-            out[f"{name}_{stat}"] = _stat(values, stat)
+            out[f"{name}_{stat}"] = stat_of(values, stat)
     tokens = float(output_tokens.mean()) if output_tokens.size else math.nan
     out["itl_mean"] = (out["e2e_mean"] - out["ttft_mean"]) / (tokens - 1.0) if tokens > 1.0 else math.nan
     return out

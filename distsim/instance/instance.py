@@ -149,7 +149,6 @@ class Instance:
     def enqueue(self, req: Request, now: int) -> None:
         """A request arrives at this instance's waiting queue."""
         req.instance = self.index
-        req.enqueue_us = now
         req.seq = SeqState()
         limit = self.params.max_model_len
         if limit is not None and req.prompt_tokens + req.output_tokens > limit:
