@@ -166,9 +166,8 @@ def _policy_choice(node: Any, key: str, registry: Any) -> PolicyChoice:
 
 def policy(cfg: Any) -> PolicySettings:
     """``policy.*``: the routing and admission classes with their checked parameters."""
-    from distsim.policies.base import ADMISSIONS, ROUTERS, load_builtin_policies
+    from distsim.policies.base import ADMISSIONS, ROUTERS
 
-    load_builtin_policies()
     routing = _policy_choice(cfg.routing, "policy.routing", ROUTERS)
     admission = _policy_choice(cfg.admission, "policy.admission", ADMISSIONS)
     return PolicySettings(routing, admission, bool(cfg.trace_decisions))

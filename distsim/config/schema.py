@@ -119,8 +119,7 @@ def _policy_node(name: str, base: list[tuple[str, type, Any]], registry_name: st
     key exists in the composed config and a new policy with parameters needs no edit here."""
     from distsim.policies import base as policies
 
-    policies.load_builtin_policies()
-    registry = getattr(policies, registry_name)
+    registry = getattr(policies, registry_name)  # it imports its members on first lookup
     union: dict[str, Any] = {}
     for kind in registry.names():
         params_cls = registry.get(kind).Params
