@@ -46,12 +46,18 @@ class HardwareSpec:
     compute_efficiency_default: float
     memory_efficiency_default: float
     gpus_per_node: int = 8  # GPUs joined by link_gbps_per_dir: the largest tensor-parallel group
+    fp8_tflops: float | None = None  # dense FP8 tensor TFLOP/s; None: FP8 matmuls run at bf16_tflops
+    host_link_gbps_per_dir: float = 32.0  # GPU <-> host (PCIe) per direction: CPU KV offload transfers
     tdp_w: float | None = None
     aliases: tuple[str, ...] = ()
 
     @property
     def peak_flops(self) -> float:
         return self.bf16_tflops * 1e12
+
+    def matmul_tflops(self, fp8: bool) -> float:
+        """Dense tensor peak for matmuls on weights of this precision (FP8 where the GPU has FP8 cores)."""
+        return self.fp8_tflops if fp8 and self.fp8_tflops else self.bf16_tflops
 
     @property
     def mem_bw_bytes_per_s(self) -> float:
@@ -90,10 +96,17 @@ def _parse(name: str, entry: dict[str, Any]) -> HardwareSpec:
     tdp = entry.get("tdp_w", {}).get("value")
     if tdp is not None:
         tdp = _positive(tdp, "tdp_w", name)
+    fp8 = _value(entry, "fp8_tflops", name)
+    if fp8 is not None:
+        fp8 = _positive(fp8, "fp8_tflops", name)
+    host = _positive(_value(entry, "host_link_gbps_per_dir", name), "host_link_gbps_per_dir", name)
     per_node = _positive(_value(entry, "gpus_per_node", name), "gpus_per_node", name)
     if not isinstance(per_node, int):
         raise ValueError(f"{_FILE}: {name}.gpus_per_node must be an integer")
-    return HardwareSpec(name=name, tdp_w=tdp, gpus_per_node=per_node, aliases=tuple(entry.get("aliases", ())), **v)
+    return HardwareSpec(
+        name=name, tdp_w=tdp, gpus_per_node=per_node, fp8_tflops=fp8, host_link_gbps_per_dir=host,
+        aliases=tuple(entry.get("aliases", ())), **v,
+    )
 
 
 @lru_cache(maxsize=1)

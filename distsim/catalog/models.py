@@ -121,6 +121,13 @@ class ModelSpec:
     router_weight_bytes: float = 0.0
     lm_head_weight_bytes: float = 0.0
     kv_cache_bytes: int = 0  # bytes per cached K/V value; 0: dtype_bytes (vLLM's kv_cache_dtype=auto)
+    quant_method: str = ""  # "" (unquantised), "fp8" (W8A8: matmuls on FP8 tensor cores) or "mxfp4"
+
+    @property
+    def fp8_matmuls(self) -> bool:
+        """Whether the matmuls run on FP8 tensor cores (FP8 weights with dynamic FP8 activations, as
+        vLLM runs fp8 and compressed-tensors FP8 checkpoints on GPUs that have them)."""
+        return self.quant_method == "fp8"
 
     # ---- whole-model figures -------------------------------------------------------------------
     @property
@@ -743,6 +750,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str, where: str, key: str = 
         num_moe_layers=moe_layers,
         first_k_dense_replace=first_k,
         kv_cache_bytes=quant.kv_bytes,
+        quant_method=quant.method,
         sliding_window=window,
         num_sliding_layers=sliding,
         attn_sharded_params=attn_sharded,
