@@ -402,7 +402,7 @@ class Instance:
             pf_pairs += n * c0 + n * (n + 1) // 2
             pf_kv += c0 + n
         b = self.decoders.count
-        dur = self.latency.step_us(StepShape(pf_tokens, pf_pairs, pf_kv, b, self.decoders.ctx_base + b * c))
+        dur = self.latency.step_us(StepShape(pf_tokens, pf_pairs, pf_kv, b, self.decoders.ctx_base + b * c, len(chunks)))
         self.plan.step(c, now, b, chunks, dur)
         self.version += 1
         self.loop.schedule(now + dur, self.priority, self._on_event, self.version)

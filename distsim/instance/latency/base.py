@@ -27,6 +27,8 @@ class StepShape(NamedTuple):
     prefill_kv_tokens   KV tokens the prefill chunks read or write: per chunk c0 + n
     decode_seqs         sequences that decode one token in this step
     decode_ctx          KV tokens the decoding sequences attend to (sum of their context lengths)
+    prefill_seqs        prefill chunks in the step (one per sequence; 0 when unknown and the step
+                        has prefill tokens: counted as one)
     """
 
     prefill_tokens: int
@@ -34,6 +36,13 @@ class StepShape(NamedTuple):
     prefill_kv_tokens: int
     decode_seqs: int
     decode_ctx: int
+    prefill_seqs: int = 0
+
+    @property
+    def sequences(self) -> int:
+        """Sequences scheduled in the step (a prefill chunk with an unknown count counts as one)."""
+        p = self.prefill_seqs or (1 if self.prefill_tokens else 0)
+        return self.decode_seqs + p
 
 
 class LatencyModel:

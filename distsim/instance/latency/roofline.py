@@ -120,7 +120,7 @@ class RooflineLatency(LatencyModel):
 
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         """The terms of one step in microseconds (for tests and diagnostics; not on the hot path)."""
-        p_tok, p_pairs, p_kv, d_seqs, d_ctx = shape
+        p_tok, p_pairs, p_kv, d_seqs, d_ctx, _ = shape
         tokens = p_tok + d_seqs
         lin_c, lin_m = self._linear(p_tok, d_seqs, tokens)
         att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
@@ -134,6 +134,16 @@ class RooflineLatency(LatencyModel):
             "all_reduce_us": self._a0 + self._a_tok * tokens,
             "overhead_us": self._overhead,
         }
+
+    def gpu_step_us(self, shape: StepShape) -> float:
+        """The step's GPU time in microseconds, unrounded: every term but the host-side (CPU) overheads.
+        What a kernel-level measurement of one forward pass (``../shared/data/h100_steps``) compares to."""
+        parts = self.breakdown(shape)
+        return (
+            max(parts["linear_compute_us"], parts["linear_memory_us"])
+            + max(parts["attention_compute_us"], parts["attention_memory_us"])
+            + parts["all_reduce_us"]
+        )
 
     def _weights(self, tokens: int) -> float:
         return self._m_fixed + self._m_expert * (1.0 - self._q**tokens) if self._moe else self._m_fixed
@@ -159,7 +169,7 @@ class RooflineLatency(LatencyModel):
         return cached
 
     def step_us(self, shape: StepShape) -> int:
-        p_tok, p_pairs, p_kv, d_seqs, d_ctx = shape
+        p_tok, p_pairs, p_kv, d_seqs, d_ctx, _ = shape
         if p_tok:
             tokens = p_tok + d_seqs
             lin_c, lin_m = self._linear(p_tok, d_seqs, tokens)
