@@ -35,6 +35,7 @@ class EngineConfig:
     scheduler_reserve_full_isl: bool = True  # admit a waiting request only if its whole sequence fits (vLLM >= 0.19)
     activation_reserve_fraction: float = 0.05  # of GPU memory, kept for activations and the CUDA graphs
     scheduler: str = "fcfs"  # waiting-queue order: fcfs | priority | shortest_prompt
+    cpu_kv_blocks: int = 0  # host-memory KV tier in blocks (vLLM's KV offloading); 0: off
 
 
 @dataclass
@@ -45,9 +46,14 @@ class LatencyConfig:
     base_us: float | None = None  # linear
     per_prefill_token_us: float | None = None  # linear
     per_decode_token_us: float | None = None  # linear
-    compute_efficiency: float | None = None  # roofline; null: the hardware catalog's default
-    memory_efficiency: float | None = None  # roofline; null: the hardware catalog's default
-    step_overhead_us: float | None = None  # roofline; null: the model's default
+    # roofline (distsim/instance/latency/roofline.py); null: the fitted default set (docs/fidelity.md)
+    compute_efficiency: float | None = None  # matmul FLOP/s over the tensor peak, large token counts
+    gemm_half_tokens: float | None = None  # rows per matmul at which it reaches half that efficiency
+    attention_efficiency: float | None = None  # prefill attention FLOP/s over the bf16 tensor peak
+    memory_efficiency: float | None = None  # achieved over datasheet memory bandwidth
+    layer_overhead_us: float | None = None  # GPU time per layer per step besides matmuls and attention
+    sequence_overhead_us: float | None = None  # host time per scheduled sequence per step
+    step_overhead_us: float | None = None  # host time per step
     profile: str | None = None  # a calibrated latency profile: shipped name or path (distsim.calibrate)
 
 
