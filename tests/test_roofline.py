@@ -154,6 +154,13 @@ CONTEXTS = [
     ("llama-3.1-70b", "L40S", 8),
     ("qwen3-30b-a3b", "MI300X", 4),
 ]
+ROOFLINE_TERMS = {  # every term on, at odd values
+    **ROOFLINE_CFG,
+    "gemm_half_tokens": 37.5,
+    "attention_efficiency": 0.31,
+    "layer_overhead_us": 21.3,
+    "sequence_overhead_us": 4.7,
+}
 LINEAR_CFG = {"kind": "linear", "base_us": 1000, "per_prefill_token_us": 0.5, "per_decode_token_us": 20}
 
 
@@ -161,8 +168,10 @@ def all_models():
     built = []
     for kind in sorted(LATENCY_MODELS):
         for model, hw, tp in CONTEXTS:
-            cfg = OmegaConf.create(LINEAR_CFG if kind == "linear" else {**ROOFLINE_CFG, "kind": kind})
-            built.append(build_latency_model(cfg, LatencyContext(load_model(model), load_hardware(hw), tp)))
+            variants = [LINEAR_CFG] if kind == "linear" else [{**ROOFLINE_CFG, "kind": kind}, ROOFLINE_TERMS]
+            for variant in variants:
+                cfg = OmegaConf.create(variant)
+                built.append(build_latency_model(cfg, LatencyContext(load_model(model), load_hardware(hw), tp)))
     return built
 
 
@@ -193,13 +202,17 @@ def test_list_and_array_decode_runs_agree_for_every_model():
     from distsim.catalog import load_hardware, load_model
     from distsim.instance.latency.base import LatencyContext
     from distsim.instance.latency.linear import LinearLatency
-    from distsim.instance.latency.roofline import RooflineLatency
+    from distsim.instance.latency.roofline import RooflineCoefficients, RooflineLatency
+
+    def roof(model, hw, tp, **k):
+        return RooflineLatency(LatencyContext(load_model(model), load_hardware(hw), tp), RooflineCoefficients(**k))
 
     models = [
         LinearLatency(1000.0, 0.5, 20.0),
-        RooflineLatency(LatencyContext(load_model("llama-3.1-8b"), load_hardware("H100"), 1), 0.45, 0.8),
-        RooflineLatency(LatencyContext(load_model("mixtral-8x7b"), load_hardware("A100-80G"), 2), 0.38, 0.8),
-        RooflineLatency(LatencyContext(load_model("llama-3.1-8b"), load_hardware("H100"), 1), 0.45, 0.8, 0.0),
+        roof("llama-3.1-8b", "H100", 1),
+        roof("mixtral-8x7b", "A100-80G", 2, gemm_half_tokens=64, layer_overhead_us=20, sequence_overhead_us=7),
+        roof("llama-3.1-8b", "H100", 1, step_overhead_us=0.0),
+        roof("qwen3-30b-a3b", "H100", 1, gemm_half_tokens=30, sequence_overhead_us=3.3),
     ]
     for m in models:
         for b, ctx0, count in [(1, 1, 1), (7, 3_000, 40), (200, 90_000, 48), (64, 10**6, 300), (3, 0, 10)]:

@@ -1,65 +1,73 @@
 """Roofline step-time model: each operator class takes as long as its slower resource; a step runs them
-one after the other, plus communication and overhead.
+one after the other, plus the GPU work a roofline does not see, communication and the host's share.
 
 For a step of shape (prefill_tokens P, prefill_attn_pairs A, prefill_kv_tokens K, decode_seqs D,
-decode_ctx C) on one instance of ``tp`` GPUs, with T = P + D tokens:
+decode_ctx C, prefill_seqs S) on one instance of ``tp`` GPUs, with T = P + D tokens:
 
-step = max(linear compute, linear memory) + max(attention compute, attention memory) + all-reduce + overhead
+step = dense matmuls + expert matmuls + attention + layers + all-reduce + host
 
-The two operator classes are separate kernels (the projections and MLP are matmuls over the weights;
-attention reads each sequence's KV), so a step pays both: a chunk of prompt makes the matmuls
-compute-bound while the decodes batched with it keep attention bound by their KV reads. One max over
-the summed FLOPs and bytes would hide those reads behind the matmuls (LLM-Viewer and GenZ apply the
-roofline per operator for the same reason).
+dense matmuls  = max([F_lin' P + F_lin D] (T + h) / T / (tp peak_mm ce),  W_dense / (bw me))
+expert matmuls = max(F_exp (T + h E_t / k) / (tp peak_mm ce),             E_t W_exp / (bw me))    (MoE only)
+attention      = max([F_win T + F_pair A + F_dpair C] / (tp peak ae),      [kv (C + K) + kv_win (P + win D)] / (bw me))
+layers         = num_layers x layer_overhead_us
+all-reduce     = 0 when tp == 1, else 2 num_layers (latency + 2 (tp-1)/tp T hidden dtype / link)
+host           = step_overhead_us + sequence_overhead_us x (D + S)
 
-linear compute (us)    = [F_lin' x P + F_lin x D] / (tp x peak x compute_eff)
-linear memory (us)     = W(T) / (bandwidth x memory_eff)
-attention compute (us) = [F_win x T + F_pair x A + F_dpair x C] / (tp x peak x compute_eff)
-attention memory (us)  = [kv_tok x (C + K) + kv_win x (P + window x D)] / (bandwidth x memory_eff)
-    F_lin     matmul FLOPs per token, 2 x active matmul weights incl. lm_head (ModelSpec.linear_flops_per_token)
-    F_lin'    the same without lm_head: vLLM computes logits only at sampled positions, not for every
-              prompt token (one lm_head per finished prompt is left out: under 1 token's worth)
-    F_win     sliding-window attention per token, upper bound of a full window (gpt-oss; 0 otherwise)
-    F_pair    attention FLOPs per query-key pair, 4 x heads x head_dim per full layer (MLA: materialised form)
-    F_dpair   the same for decode queries (MLA decodes in the weight-absorbed form over the latent)
-    peak      HardwareSpec.bf16_tflops (dense); compute_eff defaults to the catalog's per-GPU default
-              (BLIS prefill MFU where published or of the same architecture, else H100's; never
-              fitted to a measured run: fitted values live in latency profiles; SOURCES.md)
-    W(T)      weight bytes read per GPU: every weight but the untied input embedding table (a step gathers
-              only its tokens' rows; a tied table is read whole as the LM head); for MoE the non-expert
-              weights plus per MoE layer the expected distinct experts E x (1 - (1 - k/E)^T)
-              (ModelSpec.expected_experts_touched)
-    kv_tok    KV bytes per token per GPU over the full-attention layers (K/V heads sharded over TP)
-    kv_win    the same over sliding-window layers; a decode reads one window, a prefill chunk its own tokens
-    memory_eff defaults to 0.8, aiconfigurator's mem_bw_empirical_scaling_factor
-all-reduce (us) = 0 when tp == 1, else 2 x num_layers x (latency + 2 (tp-1)/tp x T x hidden x dtype / link)
-    two all-reduces per layer (after attention and after the MLP) of the T x hidden activations, ring
-    algorithm; latency 10 us per all-reduce (aiconfigurator's p2p_latency_s in shared/data/hardware.json);
-    link = HardwareSpec.link_gbps_per_dir. Not overlapped with compute.
-overhead (us) = step_overhead_us, default 500: BLIS's TOverheadMicros for vLLM's per-step CPU work
-    (scheduling, input preparation, sampling; inference-sim/inference-sim hardware_config.json). Why a
-    constant matters: vLLM's profiling of v0.5.3 found scheduling and input preparation took 29% of
-    Llama-3-8B's serving time on an H100 (vLLM blog, 2024-09-05); later versions overlap much of it
-    with the GPU, so the exposed part is a fraction of a millisecond per step.
+Why each term (docs/fidelity.md has the measurements behind them):
 
-step_us = max(1, floor(step + 0.5)).
+- **Per operator.** The matmuls are kernels over the weights, attention a kernel over each sequence's
+  KV, so a step pays both: a prompt chunk makes the matmuls compute-bound while the decodes batched with
+  it keep attention bound by their KV reads (LLM-Viewer and GenZ apply the roofline per operator too).
+- **Matmul efficiency depends on the rows.** cuBLAS reaches ``ce`` (compute_efficiency) of the tensor
+  peak on large GEMMs (0.64-0.76 of 989 TFLOP/s on an H100 for 512-8192 rows: h100_steps'
+  micro_gemm) but less on few rows, where tiles are partly empty. Efficiency ce x M / (M + h)
+  (h = gemm_half_tokens: the rows at which half of ce is reached) turns compute time into
+  F M (M + h) / M / (peak ce): a fixed h rows' worth of time per matmul on top of the FLOPs.
+- **MoE experts are their own GEMMs.** A step's T tokens touch E_t = E (1 - (1 - k/E)^T) experts per
+  MoE layer (uniform routing; ModelSpec.expected_experts_touched), each with T k / E_t rows, so the
+  expert matmuls pay the few-rows penalty per expert (h E_t / k rows in all) and read only the touched
+  experts' weights. Without the split, a prompt's expert FLOPs hide behind the decodes' weight reads
+  and MoE prompts look nearly free.
+- **Precision.** Weight bytes are those of the checkpoint (bf16, FP8 from ``quantization_config``,
+  MXFP4 experts; catalog/models.py). FP8 (W8A8) matmuls run at the GPU's FP8 tensor peak where it has
+  one (HardwareSpec.matmul_tflops); attention stays at the bf16 peak (bf16 KV).
+- **Attention has its own efficiency** ``ae`` (attention_efficiency): FlashAttention's prefill reaches
+  a smaller fraction of the peak than cuBLAS's GEMMs (FA2 160-260 TFLOP/s on an H100 in h100_steps).
+- **Layers.** Each layer also runs norms, rotary, activation, KV-cache writes and small kernels whose
+  time is mostly launch and latency, not FLOPs or bytes: about 20-25 us per layer on an H100 in
+  h100_steps' kernel profiles; a B=1 decode step carries about 0.9 ms of it.
+- **All-reduce.** Two per layer (after attention and after the MLP) over the T x hidden activations,
+  ring algorithm, not overlapped with compute; the link is the GPU's (HardwareSpec.link_gbps_per_dir:
+  NVLink on SXM boards, PCIe on PCIe cards) with 10 us latency per collective (aiconfigurator's
+  p2p_latency_s in shared/data/hardware.json).
+- **Host.** vLLM's per-step CPU work (scheduling, input preparation, sampling, output processing) is
+  partly exposed: a fixed part per step and a part per scheduled sequence.
 
-compute_efficiency, memory_efficiency and step_overhead_us come from ``cluster.latency.*``, else from a
-latency profile fitted to measured runs (``cluster.latency.profile``; ``python -m distsim.calibrate``;
-docs/fidelity.md), else from the defaults above.
+F_lin is 2 x the active matmul weights incl. lm_head (ModelSpec.linear_flops_per_token); F_lin' leaves
+the lm_head out (vLLM computes logits only at sampled positions); F_exp is the routed experts' share of
+F_lin (dense matmuls use the rest); F_pair = 4 heads head_dim per full layer (MLA: materialised),
+F_dpair the decode form; F_win sliding-window attention per token (gpt-oss; else 0); W_dense every
+weight but the routed experts and the untied input embedding (a step gathers its rows); kv, kv_win KV
+bytes per token per GPU over full and sliding-window layers. peak_mm = the tensor peak for the
+weights' precision, peak = the bf16 peak, bw = HBM bandwidth.
 
-In a run of decode-only steps only the context grows (by the batch size each step): the linear layers'
-time is fixed and attention's is max(fixed + rate x context, fixed + rate x context), so the run is a
-few in-place array operations.
+Coefficients (``cluster.latency.*``; null takes the default): compute_efficiency ce, gemm_half_tokens h,
+attention_efficiency ae, memory_efficiency me, layer_overhead_us, sequence_overhead_us,
+step_overhead_us. The defaults are one set for every GPU, model and TP degree (only datasheet numbers
+differ per GPU), fitted as docs/fidelity.md describes; a latency profile (``cluster.latency.profile``)
+fills the coefficients a config leaves null.
 
-All constants are folded into per-unit coefficients at construction so :meth:`step_us` is a few float
-operations; :meth:`decode_steps_us` repeats exactly the same operations in the same order in numpy, so
-both agree to the last bit (tests/test_roofline.py checks it).
+step_us = max(1, floor(step + 0.5)). In a run of decode-only steps only the context grows (by the
+batch size each step): everything but attention is fixed, so the run is a few in-place array
+operations. All constants are folded into per-unit coefficients at construction, so :meth:`step_us` is
+a few float operations; :meth:`decode_steps_us` repeats exactly the same operations in the same order
+in numpy, so both agree to the last bit (tests/test_roofline.py checks it).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -68,40 +76,69 @@ from distsim.errors import ConfigError
 from distsim.instance.latency.base import LatencyContext, LatencyModel, StepShape
 from distsim.instance.latency.registry import register_latency_model
 
-DEFAULT_STEP_OVERHEAD_US = 500.0  # BLIS hardware_config.json TOverheadMicros (see module docstring)
 ALL_REDUCE_LATENCY_US = 10.0  # aiconfigurator p2p_latency_s = 1e-05 (shared/data/hardware.json)
+
+
+@dataclass(frozen=True)
+class RooflineCoefficients:
+    """The roofline's free coefficients; the defaults are the shipped fitted set (docs/fidelity.md)."""
+
+    compute_efficiency: float = 0.45
+    gemm_half_tokens: float = 0.0
+    attention_efficiency: float = 0.45
+    memory_efficiency: float = 0.8
+    layer_overhead_us: float = 0.0
+    sequence_overhead_us: float = 0.0
+    step_overhead_us: float = 500.0
+
+
+DEFAULTS = RooflineCoefficients()
+DEFAULT_STEP_OVERHEAD_US = DEFAULTS.step_overhead_us
+
+# name -> (low, high, low bound open): what each coefficient may be
+BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "compute_efficiency": (0.0, 1.0, True),
+    "gemm_half_tokens": (0.0, 1e6, False),
+    "attention_efficiency": (0.0, 1.0, True),
+    "memory_efficiency": (0.0, 1.0, True),
+    "layer_overhead_us": (0.0, 1e6, False),
+    "sequence_overhead_us": (0.0, 1e6, False),
+    "step_overhead_us": (0.0, 1e9, False),
+}
 
 
 class RooflineLatency(LatencyModel):
     """Step times from the model's FLOPs and bytes and the GPU's peaks (see the module docstring)."""
 
-    def __init__(
-        self,
-        ctx: LatencyContext,
-        compute_efficiency: float,
-        memory_efficiency: float,
-        step_overhead_us: float = DEFAULT_STEP_OVERHEAD_US,
-        all_reduce_latency_us: float = ALL_REDUCE_LATENCY_US,
-    ):
+    def __init__(self, ctx: LatencyContext, coefficients: RooflineCoefficients = DEFAULTS):
         m, hw, tp = ctx.model, ctx.hardware, ctx.tensor_parallel_size
+        k = coefficients
         self.tp = tp
-        us_per_flop = 1e6 / (hw.bf16_tflops * 1e12 * compute_efficiency * tp)
-        us_per_byte = 1e6 / (hw.hbm_bw_tbps * 1e12 * memory_efficiency)
-        self._c_win = m.attn_window_flops_per_token() * us_per_flop
-        self._c_ptok = m.linear_flops_per_token(include_lm_head=False) * us_per_flop
-        self._c_dtok = m.linear_flops_per_token() * us_per_flop
-        self._c_ppair = m.attn_flops_per_pair() * us_per_flop
-        self._c_dpair = m.attn_flops_per_decode_pair() * us_per_flop
+        self.coefficients = k
+        us_per_mm_flop = 1e6 / (hw.matmul_tflops(m.fp8_matmuls) * 1e12 * k.compute_efficiency * tp)
+        us_per_attn_flop = 1e6 / (hw.bf16_tflops * 1e12 * k.attention_efficiency * tp)
+        us_per_byte = 1e6 / (hw.hbm_bw_tbps * 1e12 * k.memory_efficiency)
+        self._h = float(k.gemm_half_tokens)
 
+        expert_flops = 2 * m.num_moe_layers * m.experts_per_token * m.expert_params if m.is_moe else 0
+        self._c_ptok = (m.linear_flops_per_token(include_lm_head=False) - expert_flops) * us_per_mm_flop
+        self._c_dtok = (m.linear_flops_per_token() - expert_flops) * us_per_mm_flop
         self._moe = m.is_moe
         if m.is_moe:
-            self._m_fixed = (m.non_expert_weight_bytes_per_gpu(tp) - m.unread_embedding_bytes_per_gpu(tp)) * us_per_byte
-            self._m_expert = m.num_moe_layers * m.num_experts * m.expert_bytes_per_gpu(tp) * us_per_byte
+            self._m_dense = (m.non_expert_weight_bytes_per_gpu(tp) - m.unread_embedding_bytes_per_gpu(tp)) * us_per_byte
+            self._c_etok = expert_flops * us_per_mm_flop
+            self._c_erows = self._c_etok * self._h / m.experts_per_token  # per touched expert
+            self._m_expert = m.num_moe_layers * m.expert_bytes_per_gpu(tp) * us_per_byte  # per touched expert
+            self._n_experts = float(m.num_experts)
             self._q = 1.0 - m.experts_per_token / m.num_experts
         else:
-            self._m_fixed = m.weight_bytes_read_per_gpu(tp, 1) * us_per_byte
-            self._m_expert = 0.0
+            self._m_dense = m.weight_bytes_read_per_gpu(tp, 1) * us_per_byte
+            self._c_etok = self._c_erows = self._m_expert = self._n_experts = 0.0
             self._q = 1.0
+
+        self._c_win = m.attn_window_flops_per_token() * us_per_attn_flop
+        self._c_ppair = m.attn_flops_per_pair() * us_per_attn_flop
+        self._c_dpair = m.attn_flops_per_decode_pair() * us_per_attn_flop
         self._m_kv = m.kv_bytes_per_token_per_gpu(tp) * us_per_byte
         win_tok = m.window_kv_bytes_per_token_per_gpu(tp) * us_per_byte
         self._m_win_ptok = win_tok
@@ -110,72 +147,91 @@ class RooflineLatency(LatencyModel):
         if tp > 1:
             n_ar = 2 * m.num_layers
             ring = 2.0 * (tp - 1) / tp
-            self._a0 = n_ar * all_reduce_latency_us
+            self._a0 = n_ar * ALL_REDUCE_LATENCY_US
             self._a_tok = n_ar * ring * m.hidden_size * m.dtype_bytes / (hw.link_gbps_per_dir * 1e9) * 1e6
         else:
             self._a0 = 0.0
             self._a_tok = 0.0
-        self._overhead = float(step_overhead_us)
+        self._layers = m.num_layers * float(k.layer_overhead_us)
+        self._host = float(k.step_overhead_us)
+        self._per_seq = float(k.sequence_overhead_us)
         self._decode_consts: dict[int, tuple[float, float, float, float]] = {}  # decode seqs -> per-batch terms
 
-    def breakdown(self, shape: StepShape) -> dict[str, float]:
-        """The terms of one step in microseconds (for tests and diagnostics; not on the hot path)."""
-        p_tok, p_pairs, p_kv, d_seqs, d_ctx, _ = shape
-        tokens = p_tok + d_seqs
-        lin_c, lin_m = self._linear(p_tok, d_seqs, tokens)
-        att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
-        return {
-            "linear_compute_us": lin_c,
-            "linear_memory_us": lin_m,
-            "attention_compute_us": att_c,
-            "attention_memory_us": att_m,
-            "compute_us": lin_c + att_c,
-            "memory_us": lin_m + att_m,
-            "all_reduce_us": self._a0 + self._a_tok * tokens,
-            "overhead_us": self._overhead,
-        }
+    # ---- the terms ---------------------------------------------------------------------------
+    def _dense(self, p_tok: int, d_seqs: int, tokens: int) -> tuple[float, float]:
+        flops = self._c_ptok * p_tok + self._c_dtok * d_seqs
+        return flops + flops * self._h / tokens, self._m_dense
 
-    def gpu_step_us(self, shape: StepShape) -> float:
-        """The step's GPU time in microseconds, unrounded: every term but the host-side (CPU) overheads.
-        What a kernel-level measurement of one forward pass (``../shared/data/h100_steps``) compares to."""
-        parts = self.breakdown(shape)
-        return (
-            max(parts["linear_compute_us"], parts["linear_memory_us"])
-            + max(parts["attention_compute_us"], parts["attention_memory_us"])
-            + parts["all_reduce_us"]
-        )
-
-    def _weights(self, tokens: int) -> float:
-        return self._m_fixed + self._m_expert * (1.0 - self._q**tokens) if self._moe else self._m_fixed
-
-    def _linear(self, p_tok: int, d_seqs: int, tokens: int) -> tuple[float, float]:
-        return self._c_ptok * p_tok + self._c_dtok * d_seqs, self._weights(tokens)
+    def _experts(self, tokens: int) -> tuple[float, float]:
+        """Compute and weight-read time of the routed experts (MoE), with E_t experts touched."""
+        touched = self._n_experts * (1.0 - self._q**tokens)
+        return self._c_etok * tokens + self._c_erows * touched, self._m_expert * touched
 
     def _attention(self, p_tok: int, p_pairs: int, p_kv: int, d_seqs: int, d_ctx: int) -> tuple[float, float]:
         compute = self._c_win * (p_tok + d_seqs) + self._c_ppair * p_pairs + self._c_dpair * d_ctx
         memory = self._m_kv * (d_ctx + p_kv) + self._m_win_ptok * p_tok + self._m_win_dseq * d_seqs
         return compute, memory
 
+    def _matmuls(self, p_tok: int, d_seqs: int, tokens: int) -> float:
+        c, m = self._dense(p_tok, d_seqs, tokens)
+        us = c if c > m else m
+        if self._moe:
+            c, m = self._experts(tokens)
+            us += c if c > m else m
+        return us
+
+    def breakdown(self, shape: StepShape) -> dict[str, float]:
+        """The terms of one step in microseconds (for tests and diagnostics; not on the hot path)."""
+        p_tok, p_pairs, p_kv, d_seqs, d_ctx, _ = shape
+        tokens = p_tok + d_seqs
+        dense_c, dense_m = self._dense(p_tok, d_seqs, tokens) if tokens else (0.0, 0.0)
+        exp_c, exp_m = self._experts(tokens) if self._moe else (0.0, 0.0)
+        att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
+        return {
+            "dense_compute_us": dense_c,
+            "dense_memory_us": dense_m,
+            "expert_compute_us": exp_c,
+            "expert_memory_us": exp_m,
+            "linear_compute_us": dense_c + exp_c,
+            "linear_memory_us": dense_m + exp_m,
+            "attention_compute_us": att_c,
+            "attention_memory_us": att_m,
+            "compute_us": dense_c + exp_c + att_c,
+            "memory_us": dense_m + exp_m + att_m,
+            "layers_us": self._layers,
+            "all_reduce_us": self._a0 + self._a_tok * tokens,
+            "host_us": self._host + self._per_seq * shape.sequences,
+        }
+
+    def gpu_step_us(self, shape: StepShape) -> float:
+        """The step's GPU time in microseconds, unrounded: every term but the host's. What a
+        kernel-level measurement of one forward pass (``../shared/data/h100_steps``) compares to."""
+        p_tok, p_pairs, p_kv, d_seqs, d_ctx, _ = shape
+        tokens = p_tok + d_seqs
+        att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
+        matmuls = self._matmuls(p_tok, d_seqs, tokens) if tokens else 0.0
+        return matmuls + (att_c if att_c > att_m else att_m) + self._layers + (self._a0 + self._a_tok * tokens)
+
+    # ---- the hot path ------------------------------------------------------------------------
     def _decode_batch(self, b: int) -> tuple[float, float, float, float]:
         """The parts of a decode-only step of ``b`` sequences that do not depend on its context:
-        the linear layers' time (us), the attention's context-free compute and bytes terms (us), and
-        all-reduce plus overhead plus the rounding half (us)."""
+        the matmuls' time (us), the attention's context-free compute and bytes terms (us), and
+        layers plus all-reduce plus host plus the rounding half (us)."""
         cached = self._decode_consts.get(b)
         if cached is None:
-            lin_c, lin_m = self._linear(0, b, b)
-            lin = lin_c if lin_c > lin_m else lin_m
-            tail = (self._a0 + self._a_tok * b) + self._overhead + 0.5
+            lin = self._matmuls(0, b, b) if b else 0.0
+            tail = self._layers + (self._a0 + self._a_tok * b) + (self._host + self._per_seq * b) + 0.5
             cached = self._decode_consts[b] = (lin, self._c_win * b, self._m_win_dseq * b, tail)
         return cached
 
     def step_us(self, shape: StepShape) -> int:
-        p_tok, p_pairs, p_kv, d_seqs, d_ctx, _ = shape
+        p_tok, p_pairs, p_kv, d_seqs, d_ctx, p_seqs = shape
         if p_tok:
             tokens = p_tok + d_seqs
-            lin_c, lin_m = self._linear(p_tok, d_seqs, tokens)
             att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
-            tail = (self._a0 + self._a_tok * tokens) + self._overhead + 0.5
-            us = math.floor(((att_c if att_c > att_m else att_m) + (lin_c if lin_c > lin_m else lin_m)) + tail)
+            seqs = d_seqs + (p_seqs or 1)
+            tail = self._layers + (self._a0 + self._a_tok * tokens) + (self._host + self._per_seq * seqs) + 0.5
+            us = math.floor(((att_c if att_c > att_m else att_m) + self._matmuls(p_tok, d_seqs, tokens)) + tail)
         else:
             lin, att_c0, att_m0, tail = self._decode_batch(d_seqs)
             att_c = d_ctx * self._c_dpair + att_c0
@@ -216,16 +272,17 @@ class RooflineLatency(LatencyModel):
         att_c += tail
         np.floor(att_c, out=att_c)
         out = att_c.astype(np.int64)
-        if tail < 1.5:  # only a step with no overhead could round below one microsecond
+        if tail < 1.5:  # only a step with no overheads could round below one microsecond
             np.maximum(out, 1, out=out)
         return out
 
 
-def _option(cfg: Any, key: str, default: float, low: float, high: float, low_open: bool) -> float:
+def _option(cfg: Any, key: str, default: float) -> float:
     """A ``cluster.latency`` value, or the default when it is null."""
     value = cfg.get(key) if cfg is not None else None
     if value is None:
         return float(default)
+    low, high, low_open = BOUNDS[key]
     bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
     if bad or value > high or value < low or (low_open and value == low):
         bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
@@ -233,13 +290,19 @@ def _option(cfg: Any, key: str, default: float, low: float, high: float, low_ope
     return float(value)
 
 
+def coefficients_from(cfg: Any, defaults: RooflineCoefficients = DEFAULTS) -> RooflineCoefficients:
+    """The coefficients a ``cluster.latency`` node sets, the defaults for those it leaves null."""
+    return replace(defaults, **{f.name: _option(cfg, f.name, getattr(defaults, f.name)) for f in fields(defaults)})
+
+
 @register_latency_model("roofline")
 def _build(cfg: Any, ctx: LatencyContext) -> RooflineLatency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
     hw = ctx.hardware
-    return RooflineLatency(
-        ctx,
-        compute_efficiency=_option(cfg, "compute_efficiency", hw.compute_efficiency_default, 0.0, 1.0, True),
-        memory_efficiency=_option(cfg, "memory_efficiency", hw.memory_efficiency_default, 0.0, 1.0, True),
-        step_overhead_us=_option(cfg, "step_overhead_us", DEFAULT_STEP_OVERHEAD_US, 0.0, 1e9, False),
+    defaults = replace(
+        DEFAULTS,
+        compute_efficiency=hw.compute_efficiency_default,
+        attention_efficiency=hw.compute_efficiency_default,
+        memory_efficiency=hw.memory_efficiency_default,
     )
+    return RooflineLatency(ctx, coefficients_from(cfg, defaults))

@@ -1,0 +1,134 @@
+"""Each term of the roofline step model on a step computed by hand from the model's and GPU's numbers."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+from distsim.catalog import load_hardware, load_model
+from distsim.errors import ConfigError
+from distsim.instance.latency.base import LatencyContext, StepShape
+from distsim.instance.latency.roofline import RooflineCoefficients, RooflineLatency
+
+H100 = load_hardware("H100")
+LLAMA = load_model("llama-3.1-8b")  # 32 layers, hidden 4096, vocab 128256, GQA 8 KV heads of 128
+
+
+def roof(model=LLAMA, hw=H100, tp=1, **k) -> RooflineLatency:
+    return RooflineLatency(LatencyContext(model, hw, tp), RooflineCoefficients(**k))
+
+
+def prefill(n: int, seqs: int = 1) -> StepShape:
+    return StepShape(n, n * (n + 1) // 2, n, 0, 0, seqs)
+
+
+def test_matmul_efficiency_depends_on_the_rows():
+    """A 2048-token prompt, compute-bound: dense matmul time = F' x P x (P + h) / P / (peak x ce)."""
+    lm = roof(compute_efficiency=0.7, gemm_half_tokens=128.0)
+    flops = 2 * LLAMA.active_matmul_params * 2048  # no lm_head for prompt tokens
+    expected = flops * (2048 + 128) / 2048 / (989e12 * 0.7) * 1e6
+    assert lm.breakdown(prefill(2048))["dense_compute_us"] == pytest.approx(expected, rel=1e-12)
+    # at half-tokens rows the matmuls run at half the efficiency: twice the time of h = 0
+    at_h = roof(compute_efficiency=0.7, gemm_half_tokens=128.0).breakdown(prefill(128))["dense_compute_us"]
+    none = roof(compute_efficiency=0.7).breakdown(prefill(128))["dense_compute_us"]
+    assert at_h == pytest.approx(2 * none, rel=1e-12)
+
+
+def test_attention_has_its_own_efficiency():
+    """Prefill attention FLOPs: 4 x heads x head_dim x layers per query-key pair, at ae of the peak."""
+    n = 4096
+    pairs = n * (n + 1) // 2
+    expected = 4 * 32 * 128 * 32 * pairs / (989e12 * 0.25) * 1e6
+    lm = roof(attention_efficiency=0.25)
+    assert lm.breakdown(prefill(n))["attention_compute_us"] == pytest.approx(expected, rel=1e-12)
+    assert roof(attention_efficiency=0.5).breakdown(prefill(n))["attention_compute_us"] == pytest.approx(expected / 2)
+
+
+def test_layer_overhead_is_per_layer_per_step():
+    base, more = roof(), roof(layer_overhead_us=25.0)
+    for shape in (StepShape(0, 0, 0, 1, 100), prefill(512), StepShape(256, 256 * 257 // 2, 256, 8, 8000, 1)):
+        assert more.step_us(shape) - base.step_us(shape) == pytest.approx(32 * 25.0, abs=1)
+        assert more.gpu_step_us(shape) - base.gpu_step_us(shape) == pytest.approx(32 * 25.0)
+
+
+def test_host_overhead_per_step_and_per_sequence():
+    lm = roof(step_overhead_us=300.0, sequence_overhead_us=10.0)
+    gpu = roof(step_overhead_us=0.0)
+    decode = StepShape(0, 0, 0, 7, 7000)
+    assert lm.step_us(decode) == int(gpu.gpu_step_us(decode) + 300 + 7 * 10 + 0.5)
+    mixed = StepShape(300, 3 * (100 * 101 // 2), 300, 5, 5000, 3)  # 3 chunks of 100 tokens + 5 decodes
+    assert lm.step_us(mixed) == int(gpu.gpu_step_us(mixed) + 300 + 8 * 10 + 0.5)
+    assert lm.breakdown(mixed)["host_us"] == 300 + 80
+    # the GPU time leaves the host out
+    assert lm.gpu_step_us(mixed) == pytest.approx(gpu.gpu_step_us(mixed))
+
+
+@pytest.mark.parametrize("hw_name", ["H100", "RTXPRO6000"])
+def test_all_reduce_costs_the_link(hw_name):
+    """TP2: 2 all-reduces per layer of T x hidden bf16 activations, ring (2 (tp-1)/tp of the bytes),
+    10 us each plus the bytes over the GPU's link: NVLink 450 GB/s on the H100 SXM, PCIe Gen5 64 GB/s
+    on the RTX PRO 6000."""
+    hw = load_hardware(hw_name)
+    tokens = 64
+    per_reduce = 10.0 + 2 * (2 - 1) / 2 * tokens * 4096 * 2 / (hw.link_gbps_per_dir * 1e9) * 1e6
+    lm = roof(hw=hw, tp=2)
+    assert lm.breakdown(StepShape(0, 0, 0, tokens, tokens * 100))["all_reduce_us"] == pytest.approx(2 * 32 * per_reduce)
+    assert roof(hw=hw).breakdown(StepShape(0, 0, 0, tokens, tokens * 100))["all_reduce_us"] == 0
+
+
+def test_moe_expert_matmuls_from_distinct_experts():
+    """Mixtral-8x7B (8 experts, top-2, 32 MoE layers): a 512-token prompt touches E (1 - (1-k/E)^T)
+    experts per layer; the expert matmuls are priced with T k / E_t rows each, and read E_t experts."""
+    m = load_model("mixtral-8x7b")
+    lm = roof(model=m, compute_efficiency=0.7, gemm_half_tokens=100.0)
+    t = 512
+    touched = 8 * (1 - (1 - 2 / 8) ** t)
+    expert_flops = 2 * 32 * 2 * m.expert_params * t
+    compute = expert_flops * (1 + 100.0 * touched / (2 * t)) / (989e12 * 0.7) * 1e6
+    memory = 32 * touched * m.expert_params * 2 / (3.35e12 * 0.8) * 1e6
+    parts = lm.breakdown(prefill(t))
+    assert parts["expert_compute_us"] == pytest.approx(compute, rel=1e-9)
+    assert parts["expert_memory_us"] == pytest.approx(memory, rel=1e-9)
+    # the prompt's expert FLOPs are not hidden behind the dense weights' reads: both are paid
+    assert lm.gpu_step_us(prefill(t)) > parts["dense_memory_us"] + parts["expert_compute_us"]
+    # a single decode token touches k experts: reads 2 of 8 experts' weights
+    one = lm.breakdown(StepShape(0, 0, 0, 1, 100))
+    assert one["expert_memory_us"] == pytest.approx(32 * 2 * m.expert_params * 2 / (3.35e12 * 0.8) * 1e6, rel=1e-9)
+
+
+def test_fp8_matmuls_run_at_the_fp8_peak(tmp_path):
+    """An FP8 (W8A8) checkpoint of Llama-3.1-8B: 1-byte weights, matmuls at the H100's 1979 TFLOP/s;
+    attention stays at the bf16 peak. A GPU without an FP8 figure prices them at its bf16 peak."""
+    text = resources.files("distsim.catalog").joinpath("data", "models", "Llama-3.1-8B.json").read_text()
+    cfg = json.loads(text)
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    fp8 = load_model(str(path))
+    assert fp8.fp8_matmuls and not LLAMA.fp8_matmuls
+    shape = prefill(2048)
+    bf16_parts, fp8_parts = roof().breakdown(shape), roof(model=fp8).breakdown(shape)
+    assert fp8_parts["dense_compute_us"] == pytest.approx(bf16_parts["dense_compute_us"] * 989 / 1979, rel=1e-12)
+    assert fp8_parts["attention_compute_us"] == pytest.approx(bf16_parts["attention_compute_us"])
+    assert fp8_parts["dense_memory_us"] < 0.55 * bf16_parts["dense_memory_us"]
+    a100 = load_hardware("A100-80G")
+    assert roof(model=fp8, hw=a100).breakdown(shape)["dense_compute_us"] == pytest.approx(
+        roof(hw=a100).breakdown(shape)["dense_compute_us"]
+    )
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("gemm_half_tokens", -1), ("attention_efficiency", 0), ("layer_overhead_us", float("nan")), ("sequence_overhead_us", -2)],
+)
+def test_bad_coefficients_name_their_key(key, value):
+    from omegaconf import OmegaConf
+
+    from distsim.instance.latency.base import build_latency_model
+
+    cfg = OmegaConf.create({"kind": "roofline", key: value})
+    with pytest.raises(ConfigError) as err:
+        build_latency_model(cfg, LatencyContext(LLAMA, H100, 1))
+    assert err.value.key == f"cluster.latency.{key}"
