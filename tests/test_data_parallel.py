@@ -116,8 +116,11 @@ def test_the_bench_reader_picks_data_parallel_size_from_meta_json(tmp_path):
     shutil.copytree(FIX / "tiny_bench", folder)
     meta = json.loads((folder / "meta.json").read_text())
     meta.setdefault("engine_kwargs", {})["data_parallel_size"] = 2
+    meta["engine_kwargs"]["enable_expert_parallel"] = True
     (folder / "meta.json").write_text(json.dumps(meta))
     run = read_run(folder)
     assert run.engine.data_parallel_size == 2
     assert run.engine.overrides()["cluster.engine.data_parallel_size"] == 2
-    assert read_run(FIX / "tiny_bench").engine.data_parallel_size is None
+    assert run.engine.overrides()["cluster.engine.enable_expert_parallel"] is True
+    plain = read_run(FIX / "tiny_bench").engine
+    assert plain.data_parallel_size is None and plain.enable_expert_parallel is None

@@ -132,3 +132,50 @@ def test_bad_coefficients_name_their_key(key, value):
     with pytest.raises(ConfigError) as err:
         build_latency_model(cfg, LatencyContext(LLAMA, H100, 1))
     assert err.value.key == f"cluster.latency.{key}"
+
+
+def test_expert_parallel_spreads_the_experts_over_the_dp_engines():
+    """Qwen3-30B-A3B (128 experts, top-8, 48 MoE layers), TP1 x DP2 with expert parallelism: each GPU
+    holds half the experts; a step of T tokens on one engine routes 2T tokens in the group, touches
+    E (1 - (1-k/E)^(2T)) experts of which it reads half, and pays two all-to-alls per MoE layer."""
+    m = load_model("qwen3-30b-a3b")
+    ep = RooflineLatency(LatencyContext(m, H100, 1, 2, True), RooflineCoefficients())
+    tp_only = RooflineLatency(LatencyContext(m, H100, 1, 2, False), RooflineCoefficients())
+    t = 16
+    touched = 128 * (1 - (1 - 8 / 128) ** (2 * t))
+    per_expert_us = 48 * m.expert_params * m.expert_weight_bytes / (3.35e12 * 0.8) * 1e6
+    shape = StepShape(0, 0, 0, t, t * 100)
+    assert ep.breakdown(shape)["expert_memory_us"] == pytest.approx(touched / 2 * per_expert_us, rel=1e-9)
+    alone = 128 * (1 - (1 - 8 / 128) ** t)
+    assert tp_only.breakdown(shape)["expert_memory_us"] == pytest.approx(alone * per_expert_us, rel=1e-9)
+    # all-to-all: 2 per MoE layer, 10 us each plus T k hidden bf16 rows, half of them remote, over NVLink
+    a2a = 2 * 48 * (10.0 + t * 8 * m.hidden_size * 2 * (2 - 1) / 2 / 450e9 * 1e6)
+    assert ep.breakdown(shape)["all_reduce_us"] == pytest.approx(a2a, rel=1e-9)
+    assert tp_only.breakdown(shape)["all_reduce_us"] == 0
+    # the experts' weights are spread: each GPU keeps half of them
+    assert m.weight_bytes_per_gpu(1, 2) == pytest.approx(
+        m.weight_bytes_per_gpu(1) - m.routed_expert_bytes_per_gpu(1) / 2, abs=1
+    )
+
+
+def test_expert_parallel_run_keeps_every_request_and_frees_memory_for_kv():
+    from distsim import load_config, simulate
+    from distsim.cluster.pools import resolve_pools
+
+    base = ["cluster.model=qwen3-30b-a3b", "cluster.instances=1", "cluster.engine.data_parallel_size=2"]
+    cfg = load_config([*base, "cluster.engine.enable_expert_parallel=true", "workload.num_requests=120"])
+    plain = load_config(base)
+    assert resolve_pools(cfg.cluster)[0].engine.total_kv_blocks > resolve_pools(plain.cluster)[0].engine.total_kv_blocks
+    result = simulate(cfg)
+    assert result.summary["requests"]["completed"] == 120
+    assert set(result.instances["dp_group"]) == {0}
+
+
+def test_expert_parallel_on_a_dense_model_warns():
+    from distsim import load_config
+    from distsim.cluster.pools import resolve_pools
+    from distsim.errors import ConfigWarning
+
+    cfg = load_config(["cluster.engine.enable_expert_parallel=true"])
+    with pytest.warns(ConfigWarning, match="enable_expert_parallel"):
+        resolve_pools(cfg.cluster)

@@ -44,7 +44,8 @@ def derive_total_kv_blocks(
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ConfigError(f"{key_prefix}.block_size", f"must be an integer >= 1 (got {block!r})")
 
-    weights = model.weight_bytes_per_gpu(tp)
+    expert_dp = engine.data_parallel_size if getattr(engine, "enable_expert_parallel", False) else 1
+    weights = model.weight_bytes_per_gpu(tp, expert_dp)
     available = hw.memory_bytes * util - hw.memory_bytes * reserve
     windows = getattr(engine, "max_num_seqs", 0) * model.kv_window_bytes_per_seq_per_gpu(tp)
     usable = available - weights - windows

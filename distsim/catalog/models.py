@@ -217,8 +217,9 @@ class ModelSpec:
     def routed_expert_bytes_per_gpu(self, tp: int) -> float:
         return self.num_moe_layers * self.num_experts * self.expert_bytes_per_gpu(tp)
 
-    def weight_bytes_per_gpu(self, tp: int) -> int:
-        """Bytes of weights resident on each of the ``tp`` ranks."""
+    def weight_bytes_per_gpu(self, tp: int, expert_dp: int = 1) -> int:
+        """Bytes of weights resident on each of the ``tp`` ranks; with expert parallelism over
+        ``expert_dp`` data-parallel engines the routed experts are spread over tp x expert_dp GPUs."""
         kv_share = self.kv_heads_per_gpu(tp) / self.num_kv_heads
         per_layer = (
             self.attn_sharded_params / tp + self.kv_proj_params * kv_share + self.layer_replicated_params
@@ -227,7 +228,7 @@ class ModelSpec:
         moe = self.num_moe_layers * (self.shared_expert_params / tp + self.router_params)
         vocab = (self.embed_params + self.lm_head_params) / tp
         params = self.num_layers * per_layer + dense + moe + vocab + self.final_norm_params
-        exact = params * self.dtype_bytes + self.routed_expert_bytes_per_gpu(tp)
+        exact = params * self.dtype_bytes + self.routed_expert_bytes_per_gpu(tp) / expert_dp
         return int(round(exact + self._width_correction_per_gpu(tp, kv_share)))
 
     def _width_correction_per_gpu(self, tp: int, kv_share: float) -> float:

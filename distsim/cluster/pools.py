@@ -95,7 +95,9 @@ def _resolve_pool(cluster: Any, raw: Any, key: str, model: Any) -> PoolSpec:
     tp, dp = engine.tensor_parallel_size, engine.data_parallel_size
     checks.tp_within_node(tp, hardware, cluster.gpus_per_node, engine_key, dp)
     params = _engine_params(engine, model, hardware, engine_key)
-    latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp))
+    ep = bool(engine.enable_expert_parallel)
+    checks.expert_parallel(ep, model, engine_key)
+    latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp, dp, ep))
     return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp)
 
 

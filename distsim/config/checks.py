@@ -288,3 +288,12 @@ def warn_if_one_sequence_cannot_fit(params: Any, engine_key: str) -> None:
             f"{params.max_model_len} tokens do not fit in the KV cache ({params.total_kv_blocks} blocks, "
             f"{capacity} tokens): vLLM would refuse to start; requests longer than the cache are dropped",
         )
+
+
+def expert_parallel(enabled: bool, model: Any, engine_key: str) -> None:
+    """vLLM accepts enable_expert_parallel for a dense model and ignores it; distsim does too, but says so."""
+    if enabled and not model.is_moe:
+        warn_config(
+            f"{engine_key}.enable_expert_parallel",
+            f"{model.name} has no experts (not a mixture-of-experts model): the flag has no effect",
+        )

@@ -24,6 +24,7 @@ class EngineConfig:
 
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1  # engine replicas behind vLLM's own balancer, each with tensor_parallel_size GPUs
+    enable_expert_parallel: bool = False  # MoE: experts spread whole over the tp x dp GPUs (vLLM's flag)
     max_model_len: int | None = None  # longest prompt + output served (null: the model's context length)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048

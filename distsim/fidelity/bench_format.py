@@ -122,6 +122,10 @@ def _engine_settings(meta: dict[str, Any], path: Path) -> EngineSettings:
                 kwargs.get("tensor_parallel_size"),
             ),
             "data_parallel_size": ("engine_kwargs.data_parallel_size", kwargs.get("data_parallel_size")),
+            "enable_expert_parallel": (
+                "engine_kwargs.enable_expert_parallel",
+                kwargs.get("enable_expert_parallel"),
+            ),
         },
         path,
     )

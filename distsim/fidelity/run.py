@@ -47,6 +47,7 @@ class EngineSettings:
     scheduler_reserve_full_isl: bool | None = None
     tensor_parallel_size: int | None = None
     data_parallel_size: int | None = None  # engine replicas behind one API server (vLLM --data-parallel-size)
+    enable_expert_parallel: bool | None = None  # MoE experts spread over the tp x dp GPUs
 
     def overrides(self) -> dict[str, object]:
         """``cluster.engine.*`` values for the recorded settings."""

@@ -69,6 +69,8 @@ class LatencyContext:
     model: Any  # distsim.catalog.ModelSpec
     hardware: Any  # distsim.catalog.HardwareSpec
     tensor_parallel_size: int
+    data_parallel_size: int = 1  # engines of one vLLM server (with expert parallelism they share the experts)
+    expert_parallel: bool = False  # vLLM's enable_expert_parallel: experts spread over the tp x dp GPUs
 
 
 LatencyFactory = Callable[[Any, LatencyContext], LatencyModel]

@@ -36,6 +36,13 @@ Why each term (docs/fidelity.md has the measurements behind them):
 - **Layers.** Each layer also runs norms, rotary, activation, KV-cache writes and small kernels whose
   time is mostly launch and latency, not FLOPs or bytes: about 20-25 us per layer on an H100 in
   h100_steps' kernel profiles; a B=1 decode step carries about 0.9 ms of it.
+- **Expert parallelism** (``enable_expert_parallel`` with ``data_parallel_size`` dp > 1): vLLM spreads
+  whole experts over the tp x dp GPUs, and every MoE layer routes the tokens of all dp engines. The
+  model takes the other engines' batches as the size of this one's (vLLM's balancer evens them out), so
+  E_t counts dp x T tokens and a GPU holds, reads and computes 1/dp of what tensor parallelism alone
+  gives it; two all-to-alls per MoE layer (dispatch and combine) carry each GPU's T k / tp token rows
+  to remote experts, (ep-1)/ep of them over the link. Not modelled: the engines' lock-step (vLLM runs
+  dummy steps on idle engines and every engine waits for the slowest at each MoE layer).
 - **All-reduce.** Two per layer (after attention and after the MLP) over the T x hidden activations,
   ring algorithm, not overlapped with compute; the link is the GPU's (HardwareSpec.link_gbps_per_dir:
   NVLink on SXM boards, PCIe on PCIe cards) with 10 us latency per collective (aiconfigurator's
@@ -124,13 +131,17 @@ class RooflineLatency(LatencyModel):
         self._c_ptok = (m.linear_flops_per_token(include_lm_head=False) - expert_flops) * us_per_mm_flop
         self._c_dtok = (m.linear_flops_per_token() - expert_flops) * us_per_mm_flop
         self._moe = m.is_moe
+        # expert parallelism over dp engines: the experts are spread over tp x dp GPUs and each MoE layer
+        # routes the tokens of all dp engines (taken as loaded like this one), so E_t counts dp x T tokens
+        # and each GPU holds, reads and computes 1/dp of what tensor parallelism alone would give it
+        ep_dp = ctx.data_parallel_size if ctx.expert_parallel and m.is_moe else 1
         if m.is_moe:
             self._m_dense = (m.non_expert_weight_bytes_per_gpu(tp) - m.unread_embedding_bytes_per_gpu(tp)) * us_per_byte
             self._c_etok = expert_flops * us_per_mm_flop
-            self._c_erows = self._c_etok * self._h / m.experts_per_token  # per touched expert
-            self._m_expert = m.num_moe_layers * m.expert_bytes_per_gpu(tp) * us_per_byte  # per touched expert
+            self._c_erows = self._c_etok * self._h / m.experts_per_token / ep_dp  # per touched expert
+            self._m_expert = m.num_moe_layers * m.expert_bytes_per_gpu(tp) * us_per_byte / ep_dp  # per touched expert
             self._n_experts = float(m.num_experts)
-            self._q = 1.0 - m.experts_per_token / m.num_experts
+            self._q = (1.0 - m.experts_per_token / m.num_experts) ** ep_dp
         else:
             self._m_dense = m.weight_bytes_read_per_gpu(tp, 1) * us_per_byte
             self._c_etok = self._c_erows = self._m_expert = self._n_experts = 0.0
@@ -144,14 +155,7 @@ class RooflineLatency(LatencyModel):
         self._m_win_ptok = win_tok
         self._m_win_dseq = win_tok * m.sliding_window
 
-        if tp > 1:
-            n_ar = 2 * m.num_layers
-            ring = 2.0 * (tp - 1) / tp
-            self._a0 = n_ar * ALL_REDUCE_LATENCY_US
-            self._a_tok = n_ar * ring * m.hidden_size * m.dtype_bytes / (hw.link_gbps_per_dir * 1e9) * 1e6
-        else:
-            self._a0 = 0.0
-            self._a_tok = 0.0
+        self._a0, self._a_tok = _communication(m, hw, tp, ep_dp)
         self._layers = m.num_layers * float(k.layer_overhead_us)
         self._host = float(k.step_overhead_us)
         self._per_seq = float(k.sequence_overhead_us)
@@ -275,6 +279,23 @@ class RooflineLatency(LatencyModel):
         if tail < 1.5:  # only a step with no overheads could round below one microsecond
             np.maximum(out, 1, out=out)
         return out
+
+
+def _communication(m: Any, hw: Any, tp: int, ep_dp: int) -> tuple[float, float]:
+    """Collectives per step: a fixed part (us) and a part per token (us): TP's two all-reduces per layer,
+    and with expert parallelism over ep_dp engines two all-to-alls per MoE layer."""
+    fixed = per_token = 0.0
+    if tp > 1:
+        n_ar = 2 * m.num_layers
+        ring = 2.0 * (tp - 1) / tp
+        fixed = n_ar * ALL_REDUCE_LATENCY_US
+        per_token = n_ar * ring * m.hidden_size * m.dtype_bytes / (hw.link_gbps_per_dir * 1e9) * 1e6
+    if ep_dp > 1:  # dispatch and combine: each GPU's share of its T tokens x k to remote experts and back
+        ep = tp * ep_dp
+        fixed += 2 * m.num_moe_layers * ALL_REDUCE_LATENCY_US
+        remote = m.experts_per_token * m.hidden_size * m.dtype_bytes * (ep - 1) / ep / tp
+        per_token += 2 * m.num_moe_layers * remote / (hw.link_gbps_per_dir * 1e9) * 1e6
+    return fixed, per_token
 
 
 def _option(cfg: Any, key: str, default: float) -> float:
