@@ -1,0 +1,197 @@
+"""Step-level error of distsim's step-time model on measured engine steps, and a step-level fit.
+
+    python -m distsim.fidelity.steps ../shared/data/h100_steps [cluster.latency.KEY=VALUE ...] [--out DIR]
+        [--fit KEY,KEY,...] [--include-moe] [--holdout MODEL]
+
+Every step of the folder's primary tables (:mod:`distsim.fidelity.steps_data`) is timed by the latency
+model that the config (defaults plus the overrides) builds for the H100 at TP 1 and the table's model
+(:mod:`distsim.fidelity.steps_compare`); error % = (simulated - measured) / measured x 100 of the GPU
+time, per model and step class (decode, long context, prefill, mixed). Why at the step level: a whole
+run's error mixes the step model with the scheduler and the engine's host work; these steps isolate the
+first.
+
+``--fit`` fits the named ``cluster.latency`` coefficients to the dense tables (with ``--include-moe``
+the MoE ones too; ``--holdout MODEL`` leaves one model out and reports it at the fitted values),
+:mod:`distsim.fidelity.steps_fit`. Writes DIR/steps.csv (one row per step, at the fitted values when
+fitting), DIR/steps.md (the tables) and, when fitting, DIR/step_fit.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from distsim import outputs
+from distsim.errors import UserError
+from distsim.fidelity.steps_compare import compare, latency_settings, simulate, summary, summary_markdown
+from distsim.fidelity.steps_data import StepTable, read_steps
+from distsim.fidelity.steps_fit import BOUNDS, StepFit, fit_keys, fit_steps
+
+
+@dataclass
+class StepReport:
+    tables: list[StepTable]
+    steps: pd.DataFrame  # at the configured values
+    fit: StepFit | None = None
+    fitted_steps: pd.DataFrame | None = None  # at the fitted values
+    holdout: str | None = None
+
+    @property
+    def final(self) -> pd.DataFrame:
+        return self.steps if self.fitted_steps is None else self.fitted_steps
+
+
+def fit_tables(tables: list[StepTable], include_moe: bool, holdout: str | None) -> list[StepTable]:
+    """The tables a fit uses: the dense ones (and the MoE ones with ``include_moe``), less ``holdout``."""
+    names = [t.name for t in tables]
+    if holdout is not None and holdout not in names:
+        raise UserError(f"--holdout: no table {holdout!r} in the folder; read: {', '.join(names)}")
+    used = [t for t in tables if (include_moe or not t.moe) and t.name != holdout]
+    if not used:
+        raise UserError(
+            "--fit: no table left to fit on (the dense tables, less --holdout; --include-moe adds the MoE ones)"
+        )
+    return used
+
+
+def run_steps(
+    folder: str | Path,
+    overrides: Sequence[str] = (),
+    keys: Sequence[str] = (),
+    include_moe: bool = False,
+    holdout: str | None = None,
+) -> StepReport:
+    """Compare every step at the configured values, and fit ``keys`` when given."""
+    settings = latency_settings(overrides)
+    tables = read_steps(folder)
+    report = StepReport(tables, compare(tables, simulate(tables, settings)), holdout=holdout)
+    if keys:
+        report.fit = fit_steps(fit_tables(tables, include_moe, holdout), settings, keys)
+        report.fitted_steps = compare(tables, simulate(tables, settings, report.fit.values))
+    elif holdout is not None:
+        raise UserError("--holdout needs --fit")
+    return report
+
+
+def fit_markdown(fit: StepFit) -> str:
+    lines = ["| coefficient | start | fitted | bounds |", "|---|---:|---:|---|"]
+    for key, value in fit.values.items():
+        b = BOUNDS[key]
+        lines.append(f"| {key} | {fit.start[key]:.6g} | {value:.6g} | [{b.low:g}, {b.high:g}] |")
+    text = "\n".join(lines)
+    text += (
+        f"\n\nFitted on {', '.join(fit.tables)} ({len(fit.rows)} steps, each model and class weighted "
+        f"equally). Objective (weighted mean squared log error): {fit.start_objective:.5f} at the start, "
+        f"{fit.objective:.5f} fitted (typical error {fit.rms_error_pct:.1f}%); {fit.evaluations} evaluations."
+    )
+    if fit.unused:
+        text += f"\n\nNot fitted, since they do not change gpu_step_us: {', '.join(fit.unused)}."
+    return text
+
+
+def render_markdown(report: StepReport, folder: str, overrides: Sequence[str]) -> str:
+    """steps.md: the inputs, notes, the error table at the configured values and, fitting, at the fit."""
+    parts = [
+        f"# Step times of {folder} against distsim's gpu_step_us",
+        "",
+        f"Overrides: {' '.join(overrides) or '(none)'}. Error = (simulated - measured) / measured, "
+        "GPU time of one step on the H100 at TP 1; positive = distsim slower.",
+        "",
+    ]
+    parts += [f"- {t.name}: {t.note}" for t in report.tables if t.note]
+    parts += ["", "## At the configured values", "", summary_markdown(summary(report.steps)), ""]
+    if report.fit is not None and report.fitted_steps is not None:
+        held = f" ({report.holdout} held out: its steps did not enter the fit)" if report.holdout else ""
+        parts += [
+            f"## Fit{held}",
+            "",
+            fit_markdown(report.fit),
+            "",
+            "## At the fitted values",
+            "",
+            summary_markdown(summary(report.fitted_steps)),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+def fit_json(report: StepReport, command: str) -> str:
+    fit = report.fit
+    assert fit is not None
+    body = {
+        "command": command,
+        "values": fit.values,
+        "start": fit.start,
+        "unused": fit.unused,
+        "bounds": {k: [BOUNDS[k].low, BOUNDS[k].high] for k in fit.values},
+        "objective": fit.objective,
+        "start_objective": fit.start_objective,
+        "rms_error_pct": fit.rms_error_pct,
+        "evaluations": fit.evaluations,
+        "message": fit.message,
+        "fitted_on": fit.tables,
+        "holdout": report.holdout,
+        "rows": fit.rows,
+    }
+    return json.dumps(body, indent=2, allow_nan=False) + "\n"
+
+
+def write_report(
+    report: StepReport, out: Path, folder: str, overrides: Sequence[str], command: str
+) -> list[Path]:
+    """DIR/steps.csv, DIR/steps.md and, when fitting, DIR/step_fit.json, each written atomically."""
+    table = report.final.copy()
+    for col in ("measured_us", "simulated_us", "error_pct"):
+        table[col] = table[col].round(3)
+    paths = [
+        outputs.write_csv(out / "steps.csv", table),
+        outputs.write_text(out / "steps.md", render_markdown(report, folder, overrides)),
+    ]
+    if report.fit is not None:
+        paths.append(outputs.write_text(out / "step_fit.json", fit_json(report, command)))
+    return paths
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.steps", description=__doc__.splitlines()[0])
+    p.add_argument("folder", help="a folder of step tables laid out like ../shared/data/h100_steps")
+    p.add_argument(
+        "overrides", nargs="*", help="config overrides, e.g. cluster.latency.compute_efficiency=0.6"
+    )
+    p.add_argument("--out", default=None, help="output folder for steps.csv, steps.md (and step_fit.json)")
+    p.add_argument(
+        "--fit", default=None, help=f"comma-separated cluster.latency keys to fit: {', '.join(BOUNDS)}"
+    )
+    p.add_argument("--include-moe", action="store_true", help="fit on the MoE tables too")
+    p.add_argument(
+        "--holdout", default=None, help="a table's model to leave out of the fit (e.g. qwen2.5-7b)"
+    )
+    return p.parse_intermixed_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    command = "python -m distsim.fidelity.steps " + " ".join(shlex.quote(a) for a in argv)
+    try:
+        out = None if args.out is None else outputs.prepare_dir(args.out)
+        keys = fit_keys(args.fit) if args.fit is not None else []
+        report = run_steps(args.folder, args.overrides, keys, args.include_moe, args.holdout)
+        if out is not None:
+            write_report(report, out, args.folder, args.overrides, command)
+    except UserError as err:
+        print(f"distsim: {err}", file=sys.stderr)
+        return 2
+    print(render_markdown(report, args.folder, args.overrides))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
