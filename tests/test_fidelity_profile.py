@@ -3,6 +3,7 @@ refused with the key or the file named when wrong."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -21,7 +22,7 @@ from distsim.instance.latency.profile import (
     shipped_profiles,
     write_profile,
 )
-from distsim.instance.latency.roofline import RooflineLatency
+from distsim.instance.latency.roofline import RooflineCoefficients, RooflineLatency
 
 SHIPPED = "rtx4090-llama-3.1-8b-roofline"
 LINEAR = {"base_us": 1234.0, "per_prefill_token_us": 0.5, "per_decode_token_us": 25.0}
@@ -37,11 +38,7 @@ def test_shipped_profiles_load_by_name_case_insensitively():
         shipped_profiles()
     )
     p = load_profile(SHIPPED.upper())
-    assert p.kind == "roofline" and set(p.coefficients) == {
-        "compute_efficiency",
-        "memory_efficiency",
-        "step_overhead_us",
-    }
+    assert p.kind == "roofline" and set(p.coefficients) == {f.name for f in dataclasses.fields(RooflineCoefficients)}
     assert p.fitted_on["hardware"] == "RTX4090"
     assert (
         p.provenance["runs"][0]["name"] == "RTX4090_Llama-3.1-8B"
@@ -65,9 +62,11 @@ def test_profile_by_path_json_and_yaml(tmp_path):
 def test_explicit_coefficients_win_over_the_profile():
     p = load_profile(SHIPPED)
     lm = latency({"kind": "roofline", "profile": SHIPPED, "step_overhead_us": 0.0})
-    assert isinstance(lm, RooflineLatency) and lm._overhead == 0.0
+    assert isinstance(lm, RooflineLatency) and lm.coefficients.step_overhead_us == 0.0
     default = latency({"kind": "roofline", "profile": SHIPPED})
-    assert default._overhead == pytest.approx(p.coefficients["step_overhead_us"])
+    assert default.coefficients.step_overhead_us == pytest.approx(p.coefficients["step_overhead_us"])
+    # a shipped roofline profile sets every coefficient, so new defaults cannot change what it gives
+    assert set(p.coefficients) == {f.name for f in dataclasses.fields(RooflineCoefficients)}
 
 
 def test_profile_through_the_composed_config():
@@ -77,7 +76,7 @@ def test_profile_through_the_composed_config():
     (pool,) = resolve_pools(cfg.cluster)
     p = load_profile(SHIPPED)
     ctx = LatencyContext(pool.model, pool.hardware, 1)
-    expected = RooflineLatency(ctx, **p.coefficients)
+    expected = RooflineLatency(ctx, RooflineCoefficients(**p.coefficients))
     assert pool.latency._c_ptok == pytest.approx(expected._c_ptok) and pool.latency._m_kv == pytest.approx(
         expected._m_kv
     )

@@ -20,6 +20,7 @@ from distsim.fidelity import steps_data
 from distsim.fidelity.steps_compare import STEP_COLUMNS, compare, latency_settings, simulate, summary
 from distsim.fidelity.steps_data import cut_layers, read_steps, step_class
 from distsim.fidelity.steps_fit import fit_steps, row_weights
+from distsim.instance.latency import roofline
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fidelity_steps"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_steps"
@@ -63,12 +64,13 @@ def test_error_of_a_hand_computed_decode_row():
     weights = m.weight_bytes_per_gpu(1) - m.embed_params * 2  # 15,009,849,344 bytes
     kv = 32 * 2 * 8 * 128 * 2 * 128  # layers x (K, V) x kv heads x head dim x bf16 x tokens
     expected = (weights + kv) / (3.35e12 * 0.8) * 1e6
-    row = compare(tables, simulate(tables, latency_settings())).iloc[0]
+    plain = ["cluster.latency.memory_efficiency=0.8", "cluster.latency.layer_overhead_us=0", "cluster.latency.gemm_half_tokens=0"]
+    row = compare(tables, simulate(tables, latency_settings(plain))).iloc[0]
     assert row.simulated_us == pytest.approx(expected, rel=1e-12) == pytest.approx(5606.95, abs=0.01)
     assert (
         row.error_pct == pytest.approx((expected - 6479.5) / 6479.5 * 100) == pytest.approx(-13.466, abs=1e-3)
     )
-    halved = compare(tables, simulate(tables, latency_settings(["cluster.latency.memory_efficiency=0.4"])))
+    halved = compare(tables, simulate(tables, latency_settings([*plain, "cluster.latency.memory_efficiency=0.4"])))
     assert halved.simulated_us.iloc[0] == pytest.approx(2 * expected, rel=1e-12)
 
 
@@ -113,7 +115,7 @@ def test_weights_count_each_model_and_class_equally():
 def test_fit_recovers_the_coefficients_that_made_the_steps():
     settings = latency_settings()
     tables = read_steps(FIXTURE)[:2]
-    truth = {"compute_efficiency": 0.6, "memory_efficiency": 0.7}
+    truth = {"compute_efficiency": 0.5, "memory_efficiency": 0.7}
     made = simulate(tables, settings, truth)
     synthetic, at = [], 0
     for t in tables:
@@ -121,7 +123,8 @@ def test_fit_recovers_the_coefficients_that_made_the_steps():
         synthetic.append(dataclasses.replace(t, rows=rows))
         at += len(t.rows)
     fit = fit_steps(synthetic, settings, ["compute_efficiency", "memory_efficiency", "step_overhead_us"])
-    assert fit.start == {"compute_efficiency": 0.45, "memory_efficiency": 0.8}  # H100's defaults
+    k = roofline.DEFAULTS
+    assert fit.start == {"compute_efficiency": k.compute_efficiency, "memory_efficiency": k.memory_efficiency}
     for key, value in truth.items():
         assert fit.values[key] == pytest.approx(value, rel=0.01)
     assert fit.objective < 1e-10 < fit.start_objective and fit.unused == ["step_overhead_us"]

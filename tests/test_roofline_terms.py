@@ -16,8 +16,20 @@ H100 = load_hardware("H100")
 LLAMA = load_model("llama-3.1-8b")  # 32 layers, hidden 4096, vocab 128256, GQA 8 KV heads of 128
 
 
+# plain terms to add one to at a time (not the shipped defaults, which may be refitted)
+BASE = dict(
+    compute_efficiency=0.45,
+    gemm_half_tokens=0.0,
+    attention_efficiency=0.45,
+    memory_efficiency=0.8,
+    layer_overhead_us=0.0,
+    sequence_overhead_us=0.0,
+    step_overhead_us=500.0,
+)
+
+
 def roof(model=LLAMA, hw=H100, tp=1, **k) -> RooflineLatency:
-    return RooflineLatency(LatencyContext(model, hw, tp), RooflineCoefficients(**k))
+    return RooflineLatency(LatencyContext(model, hw, tp), RooflineCoefficients(**{**BASE, **k}))
 
 
 def prefill(n: int, seqs: int = 1) -> StepShape:
@@ -139,8 +151,8 @@ def test_expert_parallel_spreads_the_experts_over_the_dp_engines():
     holds half the experts; a step of T tokens on one engine routes 2T tokens in the group, touches
     E (1 - (1-k/E)^(2T)) experts of which it reads half, and pays two all-to-alls per MoE layer."""
     m = load_model("qwen3-30b-a3b")
-    ep = RooflineLatency(LatencyContext(m, H100, 1, 2, True), RooflineCoefficients())
-    tp_only = RooflineLatency(LatencyContext(m, H100, 1, 2, False), RooflineCoefficients())
+    ep = RooflineLatency(LatencyContext(m, H100, 1, 2, True), RooflineCoefficients(**BASE))
+    tp_only = RooflineLatency(LatencyContext(m, H100, 1, 2, False), RooflineCoefficients(**BASE))
     t = 16
     touched = 128 * (1 - (1 - 8 / 128) ** (2 * t))
     per_expert_us = 48 * m.expert_params * m.expert_weight_bytes / (3.35e12 * 0.8) * 1e6

@@ -36,7 +36,15 @@ from distsim.inputs import excerpt
 FORMAT = "distsim-latency-profile/1"
 COEFFICIENTS: dict[str, tuple[str, ...]] = {
     "linear": ("base_us", "per_prefill_token_us", "per_decode_token_us"),
-    "roofline": ("compute_efficiency", "memory_efficiency", "step_overhead_us"),
+    "roofline": (
+        "compute_efficiency",
+        "gemm_half_tokens",
+        "attention_efficiency",
+        "memory_efficiency",
+        "layer_overhead_us",
+        "sequence_overhead_us",
+        "step_overhead_us",
+    ),  # distsim.instance.latency.roofline.RooflineCoefficients (tests/test_fidelity_profile.py checks)
 }
 
 

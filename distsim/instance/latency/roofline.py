@@ -88,13 +88,17 @@ ALL_REDUCE_LATENCY_US = 10.0  # aiconfigurator p2p_latency_s = 1e-05 (shared/dat
 
 @dataclass(frozen=True)
 class RooflineCoefficients:
-    """The roofline's free coefficients; the defaults are the shipped fitted set (docs/fidelity.md)."""
+    """The roofline's free coefficients. The defaults are the shipped fitted set, one for every GPU,
+    model and TP degree (docs/fidelity.md, "The step model's defaults"): the GPU terms fitted on the
+    dense whole-model steps measured on an H100 (``python -m distsim.fidelity.steps
+    ../shared/data/h100_steps --fit compute_efficiency,memory_efficiency,gemm_half_tokens,
+    attention_efficiency,layer_overhead_us``), the host terms on the real vLLM runs."""
 
-    compute_efficiency: float = 0.45
-    gemm_half_tokens: float = 0.0
-    attention_efficiency: float = 0.45
-    memory_efficiency: float = 0.8
-    layer_overhead_us: float = 0.0
+    compute_efficiency: float = 0.602
+    gemm_half_tokens: float = 88.2
+    attention_efficiency: float = 0.365
+    memory_efficiency: float = 0.761
+    layer_overhead_us: float = 26.0
     sequence_overhead_us: float = 0.0
     step_overhead_us: float = 500.0
 
@@ -319,11 +323,4 @@ def coefficients_from(cfg: Any, defaults: RooflineCoefficients = DEFAULTS) -> Ro
 @register_latency_model("roofline")
 def _build(cfg: Any, ctx: LatencyContext) -> RooflineLatency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
-    hw = ctx.hardware
-    defaults = replace(
-        DEFAULTS,
-        compute_efficiency=hw.compute_efficiency_default,
-        attention_efficiency=hw.compute_efficiency_default,
-        memory_efficiency=hw.memory_efficiency_default,
-    )
-    return RooflineLatency(ctx, coefficients_from(cfg, defaults))
+    return RooflineLatency(ctx, coefficients_from(cfg))
