@@ -26,6 +26,7 @@ from distsim.config.settings import (
 )
 from distsim.engine.loop import EventLoop
 from distsim.engine.rng import stream
+from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
 from distsim.policies.base import PolicyContext
@@ -56,10 +57,21 @@ def build_instances(pools: Sequence[Any], loop: EventLoop, fast_forward: bool) -
                     gpus=pool.tensor_parallel_size,
                 )
                 inst.dp_group = group
+                inst.cpu = cpu_tier(pool)
                 instances.append(inst)
                 pool_of.append(pool)
             group += 1
     return instances, pool_of
+
+
+def cpu_tier(pool: Any) -> CpuKvTier | None:
+    """An engine's CPU KV tier (none when cpu_kv_blocks is 0): a block's KV bytes on one GPU, copied over
+    that GPU's own PCIe link to the host (each tensor-parallel rank moves its shard in parallel)."""
+    blocks = pool.engine.cpu_kv_blocks
+    if not blocks:
+        return None
+    block_bytes = pool.model.kv_bytes_per_token_per_gpu(pool.tensor_parallel_size) * pool.engine.block_size
+    return CpuKvTier(blocks, block_bytes, pool.hardware.host_link_gbps_per_dir * 1e9)
 
 
 def _facts(instances: list[Instance], pool_of: list[Any], board: SignalBoard) -> dict[str, np.ndarray]:

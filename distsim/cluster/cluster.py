@@ -219,6 +219,7 @@ class Cluster:
                 pending[req.request_id] = req
             for req in inst.awaiting_blocks:
                 pending[req.request_id] = req
+            pending.update(inst.loading)
         pending.update(self._transit)
         pending.update(self._in_transfer)
         for rid in sorted(pending):
@@ -248,7 +249,8 @@ class Cluster:
 
     def check_invariants(self) -> None:
         """Every instance's invariants, and every arrived request in exactly one place: recorded with its
-        final status, dispatching, or on one instance (queued, running, or in a P/D hand-off stage);
+        final status, dispatching, or on one instance (queued, running, loading from its CPU KV tier, or in
+        a P/D hand-off stage);
         blocks are reserved or held only for a request in that hand-off. Raises SimulationError."""
         places: dict[int, str] = {}
 
@@ -267,6 +269,8 @@ class Cluster:
                 put(req, f"on instance {inst.index}")
             for req in inst.awaiting_blocks:
                 put(req, f"awaiting blocks on instance {inst.index}")
+            for req in inst.loading.values():
+                put(req, f"loading KV from the CPU tier on instance {inst.index}")
         handing_off = set(self._in_transfer) | {rid for rid, where in places.items() if where.startswith("awaiting")}
         for inst in self.instances:
             if not set(inst.reserved) <= set(self._in_transfer) or not set(inst.held) <= handing_off:

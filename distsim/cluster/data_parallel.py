@@ -38,7 +38,7 @@ class DataParallelBalancer:
     def load(self, i: int) -> tuple[int, int]:
         """Engine ``i``'s load as vLLM's balancer orders it: (4 x waiting + running, index)."""
         inst = self.instances[i]
-        waiting = len(inst.waiting) + len(inst.landed) + int(self.in_transit[i])
+        waiting = len(inst.waiting) + len(inst.landed) + len(inst.loading) + int(self.in_transit[i])
         return 4 * waiting + len(inst.running), i
 
     def pick(self, chosen: int) -> int:

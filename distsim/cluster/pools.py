@@ -79,6 +79,7 @@ def _engine_params(engine: Any, model: Any, hardware: Any, engine_key: str) -> E
         scheduler_reserve_full_isl=bool(engine.scheduler_reserve_full_isl),
         scheduler=engine.scheduler,
         max_model_len=checks.max_model_len(engine, model, engine_key),
+        cpu_kv_blocks=int(engine.cpu_kv_blocks),
     )
     checks.warn_if_one_sequence_cannot_fit(params, engine_key)
     return params

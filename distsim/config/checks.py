@@ -225,6 +225,20 @@ def engine(engine: Any, key: str) -> None:
     )
     need(engine.total_kv_blocks is None or engine.total_kv_blocks >= 1, "total_kv_blocks", "must be >= 1 or null", engine.total_kv_blocks)
     need(engine.scheduler in QUEUES, "scheduler", f"must be one of {', '.join(sorted(QUEUES))}", engine.scheduler)
+    cpu = engine.cpu_kv_blocks
+    need(
+        not isinstance(cpu, bool) and isinstance(cpu, int) and cpu >= 0,
+        "cpu_kv_blocks",
+        "must be a non-negative integer: the CPU KV tier's size in blocks, 0 for none",
+        cpu,
+    )
+    need(
+        cpu == 0 or engine.enable_prefix_caching,
+        "cpu_kv_blocks",
+        "needs enable_prefix_caching=true: the CPU KV tier finds blocks by their content hashes, as vLLM's "
+        "KV offloading does; set cpu_kv_blocks=0 or enable prefix caching",
+        cpu,
+    )
 
 
 def tp_within_node(tp: int, hardware: Any, gpus_per_node: int | None, engine_key: str, dp: int = 1) -> None:

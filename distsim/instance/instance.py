@@ -25,8 +25,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from distsim.engine.loop import PRIO_INSTANCE, EventLoop
+from distsim.engine.loop import PRIO_CLUSTER, PRIO_INSTANCE, EventLoop
 from distsim.errors import SimulationError
+from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.decode_set import DecodeSet, ceil_div
 from distsim.instance.kv_cache import KVCache
 from distsim.instance.latency.base import LatencyModel, StepShape
@@ -54,6 +55,7 @@ class EngineParams:
     scheduler_reserve_full_isl: bool = True
     scheduler: str = "fcfs"
     max_model_len: int | None = None  # longest prompt + output accepted; None: no limit
+    cpu_kv_blocks: int = 0  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
 
 
 class Instance:
@@ -108,6 +110,8 @@ class Instance:
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
         self.running: dict[int, Request] = {}  # admission order
         self.prefilling: list[Request] = []  # running requests still in prefill, admission order
+        self.cpu: CpuKvTier | None = None  # the CPU KV tier, when the assembly gives one
+        self.loading: dict[int, Request] = {}  # out of the queue until their blocks land from the CPU tier
 
     def _set_handoff(self) -> None:
         """P/D state. Prefill side: blocks held until the KV is sent. Decode side, in the order a request
@@ -127,7 +131,7 @@ class Instance:
 
     def publish_to(self, board) -> None:
         i = self.index
-        board.waiting[i] = len(self.waiting) + len(self.landed)
+        board.waiting[i] = len(self.waiting) + len(self.landed) + len(self.loading)
         board.running[i] = len(self.running)
         board.kv_used[i] = self.kv.used()
         if board is not self.board and self.plan.durations_us is not None:
@@ -142,7 +146,7 @@ class Instance:
 
     def _publish_queue(self) -> None:
         if self.board is not None:
-            self.board.waiting[self.index] = len(self.waiting) + len(self.landed)
+            self.board.waiting[self.index] = len(self.waiting) + len(self.landed) + len(self.loading)
             self.board.queued_tokens[self.index] = self.waiting_tokens
 
     # ------------------------------------------------------------------ arrivals
@@ -253,7 +257,7 @@ class Instance:
             seq.computed += n
             stats.prefill_tokens += n
             if self.caching and req.block_hashes is not None:
-                self._cache_full_blocks(req, seq)
+                self._cache_full_blocks(req, seq, now)
             if seq.computed < req.prompt_tokens + req.generated:
                 continue  # more chunks to go
             any_done = True
@@ -262,13 +266,16 @@ class Instance:
             # a request handed off may already hold its decode instance's state (WAITING): not PREFILL
             self.prefilling = [r for r in self.prefilling if r.seq.phase == PREFILL]
 
-    def _cache_full_blocks(self, req: Request, seq: SeqState) -> None:
-        """Newly full prompt blocks join the prefix cache."""
+    def _cache_full_blocks(self, req: Request, seq: SeqState, now: int) -> None:
+        """Newly full prompt blocks join the prefix cache, and are offered to the CPU tier if there is one."""
         hashes = req.block_hashes
         full = min(seq.computed // self.bs, len(hashes))
         if full > seq.hashed_blocks:
             seq.private_blocks -= self.kv.register(hashes[seq.hashed_blocks : full], seq.shared_blocks)
             seq.hashed_blocks = full
+        cpu = self.cpu
+        if cpu is not None and full > seq.cpu_offered and cpu.store(hashes, seq.cpu_offered, full, now):
+            seq.cpu_offered = full
 
     def _prefill_done(self, req: Request, now: int) -> None:
         """The prompt (or a recompute) is computed: a token comes out."""
@@ -365,7 +372,8 @@ class Instance:
     def _go_idle(self) -> None:
         self.busy = False
         self.plan.steps = 0
-        if (self.waiting or self.landed or self.awaiting_blocks) and not (self.held or self.reserved):
+        in_flight = self.held or self.reserved or self.loading  # hand-offs and CPU loads: their events wake it
+        if (self.waiting or self.landed or self.awaiting_blocks) and not in_flight:
             # INV-12: nothing runs and nothing in flight will free blocks or land: a deadlock (a bug)
             raise SimulationError(
                 f"INV-12: instance {self.index}: idle with {len(self.waiting)} waiting, {len(self.landed)} landed"
@@ -471,6 +479,7 @@ class Instance:
         """Admit waiting requests in queue order while budget, sequence cap and blocks allow."""
         bs = self.bs
         kv = self.kv
+        cpu = self.cpu
         waiting = self.waiting
         while waiting and budget > 0 and len(self.running) < self.max_seqs:
             req = waiting.peek()
@@ -478,6 +487,13 @@ class Instance:
             hits = from_evictable = 0
             if self.caching and req.block_hashes is not None:
                 hits, from_evictable = kv.match_prefix(req.block_hashes, (total - 1) // bs)
+                if cpu is not None:
+                    room = kv.available() - from_evictable - need_dec
+                    loading = self._load_from_cpu(req, now, total, hits, room)
+                    if loading < 0:
+                        break
+                    if loading:
+                        continue
             computed = hits * bs
             n = total - computed
             if n > budget:
@@ -599,6 +615,57 @@ class Instance:
             budget -= 1
         return budget
 
+    # ------------------------------------------------------------------ the CPU KV tier
+    # distsim/instance/cpu_kv.py says what is modelled after vLLM's KV offloading and what is simplified.
+    # Stores: _cache_full_blocks offers each newly full prompt block. Loads: below, from _admit_waiting.
+    def _load_from_cpu(self, req: Request, now: int, total: int, hits: int, room: int) -> int:
+        """The waiting request at the head hits ``hits`` blocks on the GPU: load the blocks that follow if
+        the CPU tier holds them. 1: the load started and the request left the queue; 0: nothing to load,
+        admit it as usual; -1: stop admission (too few blocks: ``room`` is what an admission may take now;
+        or its blocks are being loaded for another request and will soon hit on the GPU)."""
+        cpu = self.cpu
+        hashes = req.block_hashes
+        cpu.touch(hashes, len(hashes))  # vLLM touches a request's blocks on every lookup
+        n = cpu.lookup(hashes, hits, (total - 1) // self.bs, now)
+        if n <= 0:
+            return n
+        # as for a prefill: the blocks for the whole sequence, or for what it takes now (the loaded ones)
+        need = ceil_div(total, self.bs) - hits if self.reserve_full else n
+        if need > room:
+            return -1
+        self.waiting.popleft()
+        self.waiting_tokens -= total
+        seq = req.seq
+        if hits:
+            seq.shared_blocks = list(hashes[:hits])
+            self.kv.reference(seq.shared_blocks)
+        self.kv.allocate(n)
+        seq.private_blocks = n
+        self.loading[req.request_id] = req
+        landed = cpu.start_load(hashes, hits, hits + n, now)
+        self.loop.schedule(landed, PRIO_CLUSTER, self._cpu_load_done, req)  # lands before steps at that time
+        return 1
+
+    def _cpu_load_done(self, now: int, req: Request) -> None:
+        """A load has landed: its blocks join the GPU prefix cache (evictable, most recent first) and the
+        request goes back to the front of the queue, where its next admission finds them computed."""
+        del self.loading[req.request_id]
+        seq = req.seq
+        hashes = req.block_hashes
+        lo = len(seq.shared_blocks)
+        hi = lo + seq.private_blocks
+        self.cpu.finish_load(hashes, lo, hi)
+        seq.private_blocks -= self.kv.register(hashes[lo:hi], seq.shared_blocks)  # a duplicate stays private
+        self.kv.release(seq.shared_blocks, seq.private_blocks)
+        seq.clear(WAITING)
+        self.waiting.appendleft(req)
+        self.waiting_tokens += req.prompt_tokens + req.generated
+        self._publish()
+        if not self.busy:
+            self._wake(now)
+        else:
+            self._cut_run(now)
+
     def run_blocks_by(self, now: int) -> int:
         """Blocks the fast-forwarded run has taken by ``now`` beyond its first step (for live signals)."""
         started = self.plan.steps_started_after_first(now)
@@ -641,10 +708,13 @@ class Instance:
             raise SimulationError(f"INV-6: instance {self.index}: {len(self.running)} running > max_num_seqs")
         if kv.free < 0:
             raise SimulationError(f"INV-2: instance {self.index}: negative free blocks")
+        if self.cpu is not None:
+            loading_blocks = sum(req.seq.private_blocks for req in self.loading.values())
+            self.cpu.check(f"instance {self.index}", loading_blocks)
 
     def _count_holdings(self) -> tuple[int, int, int]:
-        """Cache references and private blocks held by requests here (running, P/D held, reserved, landed),
-        and the running requests that decode."""
+        """Cache references and private blocks held by requests here (running, P/D held, reserved, landed,
+        loading from the CPU tier), and the running requests that decode."""
         holders = private = decoders = 0
         for shared, held_private in self.held.values():
             holders += len(shared)
@@ -652,6 +722,9 @@ class Instance:
         for req in self.reserved.values():
             private += req.seq.private_blocks
         for req in self.landed:  # P/D: its KV has arrived and waits for a sequence slot
+            private += req.seq.private_blocks
+        for req in self.loading.values():  # its GPU hits, and the blocks its CPU load fills
+            holders += len(req.seq.shared_blocks)
             private += req.seq.private_blocks
         # a decoder's next step has its blocks once it is planned
         planned = self.step_index if self.plan.steps else self.step_index - 1

@@ -18,7 +18,7 @@ class Phase(IntEnum):
     WAITING (blocks reserved, KV in transit, landed) and goes on from DECODE.
     """
 
-    WAITING = 0  # queued (or, on a P/D decode instance, waiting for its KV or a sequence slot)
+    WAITING = 0  # queued, loading from the CPU KV tier, or (P/D decode side) waiting for its KV or a slot
     PREFILL = 1  # running, its prompt (or a recompute) not yet fully computed: takes a chunk per step
     DECODE = 2  # running, one token per step; counted in the instance's decode set, not touched per step
     DONE = 3  # finished here: completed, or refused on arrival (too long, can never fit)

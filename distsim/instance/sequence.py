@@ -27,6 +27,7 @@ class SeqState:
     private_blocks: int = 0  # blocks held outside the prefix cache (prefill bookkeeping)
     shared_blocks: list = field(default_factory=list)  # hash keys of cached blocks it holds a reference on
     hashed_blocks: int = 0  # prompt blocks already offered to the prefix cache
+    cpu_offered: int = 0  # prompt blocks already offered to the CPU KV tier (kept over a preemption, as vLLM)
     decode_offset: int = 0  # decode phase: generated = decode_offset + the instance's step index
     decode_epoch: int = -1  # bumps on every join and leave of the decode set: older finish entries are stale
 

@@ -100,6 +100,28 @@ def request_counts(requests: pd.DataFrame, instances: pd.DataFrame) -> dict[str,
     }
 
 
+def cpu_kv_counts(instances: pd.DataFrame, prompt_scheduled: int) -> dict[str, Any]:
+    """summary.json's ``cpu_kv`` (only when an instance has a CPU KV tier): its blocks over the fleet,
+    blocks stored and evicted, loads, blocks and tokens loaded, the share of scheduled prompt tokens loaded
+    from it (counted in prefix_cache_hit_rate too), and the mean wait for a load."""
+    if "cpu_kv_blocks" not in instances:
+        return {}
+    loads = int(instances["cpu_loads"].sum())
+    hit_tokens = int(instances["cpu_hit_tokens"].sum())
+    return {
+        "cpu_kv": {
+            "blocks": int(instances["cpu_kv_blocks"].sum()),
+            "stored_blocks": int(instances["cpu_stored_blocks"].sum()),
+            "evicted_blocks": int(instances["cpu_evicted_blocks"].sum()),
+            "loads": loads,
+            "hit_blocks": int(instances["cpu_hit_blocks"].sum()),
+            "hit_tokens": hit_tokens,
+            "hit_rate": rnd(hit_tokens / prompt_scheduled) if prompt_scheduled else 0.0,
+            "load_ms_mean": rnd(instances["cpu_load_ms"].sum() / loads) if loads else None,
+        }
+    }
+
+
 def _fleet(instances: pd.DataFrame, span_s: float) -> tuple[np.ndarray, np.ndarray, float]:
     """GPUs per instance, busy seconds per instance, and dollars spent over the span."""
     gpus = instances["gpus"].to_numpy(dtype=np.float64) if len(instances) else np.zeros(0)
@@ -143,6 +165,7 @@ def summarize(
         },
         "goodput": {"slo_attainment": rnd(met / arrived) if arrived else None, "requests_per_s": rnd(met / span_s)},
         "prefix_cache_hit_rate": rnd(scheduled["cached_tokens"].sum() / prompt_scheduled) if prompt_scheduled else 0.0,
+        **cpu_kv_counts(instances, prompt_scheduled),
         "gpu_utilization": rnd(float(np.dot(busy_s, gpus)) / gpu_seconds) if gpu_seconds else 0.0,
         "jain_fairness": rnd(tenant_fairness(requests)),
         "cost_usd_per_1k_tokens": rnd(cost_usd / (tokens_done / 1000.0), 9) if tokens_done else None,

@@ -65,7 +65,25 @@ def instance_table(cluster: Any) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if cluster.dp is not None:  # data parallelism: each engine's configured instance (its DP group)
         frame.insert(1, "dp_group", [inst.dp_group for inst in cluster.instances])
+    if any(inst.cpu is not None for inst in cluster.instances):  # a CPU KV tier somewhere: its counters
+        for name, values in cpu_tier_columns(cluster.instances).items():
+            frame[name] = values
     return frame
+
+
+def cpu_tier_columns(instances: list) -> dict[str, list]:
+    """instances.parquet's CPU KV tier columns (zeros for an instance without one)."""
+    tiers = [(inst.cpu, inst.bs) for inst in instances]
+    return {
+        "cpu_kv_blocks": [t.total if t else 0 for t, _ in tiers],
+        "cpu_stored_blocks": [t.stored_blocks if t else 0 for t, _ in tiers],
+        "cpu_evicted_blocks": [t.evicted_blocks if t else 0 for t, _ in tiers],
+        "cpu_loads": [t.loads if t else 0 for t, _ in tiers],
+        "cpu_hit_blocks": [t.hit_blocks if t else 0 for t, _ in tiers],
+        "cpu_hit_tokens": [t.hit_blocks * bs if t else 0 for t, bs in tiers],
+        "cpu_load_ms": [t.load_us / 1000.0 if t else 0.0 for t, _ in tiers],
+        "cpu_store_ms": [t.store_us / 1000.0 if t else 0.0 for t, _ in tiers],
+    }
 
 
 def itl_samples(cluster: Any) -> tuple[np.ndarray, np.ndarray]:
