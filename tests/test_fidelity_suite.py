@@ -27,7 +27,7 @@ def test_reader_on_the_h100_runs():
     assert (r60.model, r60.tp, r60.engine.max_num_batched_tokens, r60.engine.total_kv_blocks) == (
         "llama-3.1-70b", 4, 8192, 30251,
     )
-    assert r60.cpu_kv_blocks == 6553 and r60.flags() == ["cpu_kv_blocks=6553 not simulated"]
+    assert r60.cpu_kv_blocks == 6553 == r60.engine.cpu_kv_blocks and r60.flags() == []
     assert runs["17"].flags() == [] and Path(runs["17"].model).is_dir()
     assert [(s.duration_s, s.rate_rps) for s in r60.workload.stages] == [(600.0, 2.5), (600.0, 6.0)]
     assert r60.workload.system_prompt_len == 100 and r60.workload.num_system_prompts == 9

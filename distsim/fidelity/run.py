@@ -48,6 +48,7 @@ class EngineSettings:
     tensor_parallel_size: int | None = None
     data_parallel_size: int | None = None  # engine replicas behind one API server (vLLM --data-parallel-size)
     enable_expert_parallel: bool | None = None  # MoE experts spread over the tp x dp GPUs
+    cpu_kv_blocks: int | None = None  # vLLM's CPU KV offload tier, in blocks
 
     def overrides(self) -> dict[str, object]:
         """``cluster.engine.*`` values for the recorded settings."""

@@ -65,8 +65,9 @@ class SuiteRun:
         return int(self.engine.tensor_parallel_size or 1)
 
     def flags(self) -> list[str]:
-        """What of the run the replay leaves out (distsim has no CPU KV tier yet)."""
-        return [f"cpu_kv_blocks={self.cpu_kv_blocks} not simulated"] if self.cpu_kv_blocks else []
+        """What of the run the replay leaves out: nothing of the engine settings (the CPU KV tier of
+        runs with cpu_kv_blocks > 0 is simulated, cluster.engine.cpu_kv_blocks)."""
+        return []
 
 
 @dataclass
@@ -152,6 +153,7 @@ def _run(
     engine = EngineSettings(
         max_num_seqs=num["max_num_seqs"], max_num_batched_tokens=num["max_num_batched_tokens"],
         total_kv_blocks=num["total_kv_blocks"], tensor_parallel_size=num["tp"],
+        cpu_kv_blocks=num["cpu_kv_blocks"],
     )
     return SuiteRun(
         rec["id"].strip(), rec["folder"].strip(), rec["model"].strip(),
