@@ -127,9 +127,8 @@ configs = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(configs)
-def test_blocks_are_conserved_on_both_tiers_and_every_request_finishes(c):
+def _random_engine(c):
+    """The engine and the hardware (its host link) a drawn config describes."""
     params = engine(
         max_num_seqs=c["seqs"],
         max_num_batched_tokens=max(c["seqs"], 8) + c["tokens_extra"] + (0 if c["chunked"] else 80),
@@ -141,9 +140,20 @@ def test_blocks_are_conserved_on_both_tiers_and_every_request_finishes(c):
         cpu_kv_blocks=max(1, int(c["cpu_share"] * c["gpu_tokens"] // c["bs"])),
     )
     hw = dataclasses.replace(FAKE_HW, host_link_gbps_per_dir=c["link_gbps"])
-    reqs = _shared_prefix_requests(c["seed"], c["n"], c["gap_us"], c["pmax"], c["dmax"], c["bs"])
-    pools = [_pool(params, hw=hw, count=c["instances"])]
-    sim = run(reqs, pools=pools, check_every_event=True)  # INV-1, 2, 3, 12 and 15 after every event
+    return [_pool(params, hw=hw, count=c["instances"])]
+
+
+def _random_requests(c):
+    return _shared_prefix_requests(c["seed"], c["n"], c["gap_us"], c["pmax"], c["dmax"], c["bs"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs)
+def test_blocks_are_conserved_on_both_tiers_and_every_request_finishes(c):
+    reqs = _random_requests(c)
+    sim = run(
+        reqs, pools=_random_engine(c), check_every_event=True
+    )  # INV-1, 2, 3, 12 and 15 after every event
     table = sim.recorder.table()
     assert len(table) == len(reqs) and table["request_id"].is_unique
     assert set(table["status"]) <= {"completed", "dropped"}
@@ -151,6 +161,22 @@ def test_blocks_are_conserved_on_both_tiers_and_every_request_finishes(c):
         cpu = inst.cpu
         assert inst.kv.available() == inst.kv.total and not inst.loading and not cpu.pinned
         assert len(cpu.blocks) <= cpu.total and cpu.free + len(cpu.blocks) == cpu.total
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs)
+def test_fast_forward_equals_stepping_with_a_cpu_tier(c):
+    """INV-8: a store landing during a decode run can change what the waiting head loads; the run is
+    replanned at that boundary, as stepping one by one would see it."""
+    fast = run(_random_requests(c), pools=_random_engine(c), fast_forward=True)
+    slow = run(_random_requests(c), pools=_random_engine(c), fast_forward=False)
+    pd.testing.assert_frame_equal(fast.recorder.table(), slow.recorder.table())
+    for a, b in zip(fast.cluster.instances, slow.cluster.instances):
+        assert (a.cpu.stored_blocks, a.cpu.hit_blocks, a.cpu.load_us) == (
+            b.cpu.stored_blocks,
+            b.cpu.hit_blocks,
+            b.cpu.load_us,
+        )
 
 
 def test_a_pd_cluster_with_cpu_tiers_finishes_every_request_with_invariants_after_every_event():

@@ -42,13 +42,15 @@ Simplifications (each where exact modelling costs more than it tells):
   flight (vLLM keeps them until the copy completes, rarely more than a step).
 - vLLM's cap on concurrent loads and its load timeout are not modelled.
 
-Counts, never contents: the tier maps each block's content hash to the time its copy completes.
+Counts, never contents: the tier maps each block's content hash to the time its copy completes. Lookups
+depend on the time only through those completions, so a fast-forwarded decode run planned while requests
+wait ends where the next store lands (:meth:`CpuKvTier.next_store_landing`), keeping it equal to stepping.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
 
 from distsim.errors import SimulationError
@@ -66,6 +68,7 @@ class CpuKvTier:
         "link_bytes_per_s",
         "h2d_free_us",
         "d2h_free_us",
+        "stores_landing",
         "stored_blocks",
         "evicted_blocks",
         "loads",
@@ -84,6 +87,7 @@ class CpuKvTier:
         self.link_bytes_per_s = link_bytes_per_s  # the GPU's PCIe link to the host, per direction
         self.h2d_free_us = 0  # the host-to-device direction is busy with loads until then
         self.d2h_free_us = 0  # the device-to-host direction is busy with stores until then
+        self.stores_landing: deque[int] = deque()  # when the stores in flight complete, in order
         self.stored_blocks = 0
         self.evicted_blocks = 0
         self.loads = 0
@@ -134,6 +138,7 @@ class CpuKvTier:
         duration = self.transfer_us(len(new))
         end = start + duration
         self.d2h_free_us = end
+        self.stores_landing.append(end)
         self.store_us += duration
         for h in new:
             blocks[h] = end
@@ -141,6 +146,14 @@ class CpuKvTier:
         self.stored_blocks += len(new)
         self.touch(hashes, hi)
         return True
+
+    def next_store_landing(self, now: int) -> int | None:
+        """When the next store in flight after ``now`` completes (None when none is): until then no lookup
+        can find more than it does now."""
+        landing = self.stores_landing
+        while landing and landing[0] <= now:
+            landing.popleft()
+        return landing[0] if landing else None
 
     def _evict(self, n: int, now: int) -> bool:
         """Drop the ``n`` least recently used blocks that are loadable and not being loaded; False (and

@@ -372,8 +372,8 @@ class Instance:
     def _go_idle(self) -> None:
         self.busy = False
         self.plan.steps = 0
-        in_flight = self.held or self.reserved or self.loading  # hand-offs and CPU loads: their events wake it
-        if (self.waiting or self.landed or self.awaiting_blocks) and not in_flight:
+        # hand-offs and CPU loads in flight will wake it with an event of their own
+        if (self.waiting or self.landed or self.awaiting_blocks) and not (self.held or self.reserved or self.loading):
             # INV-12: nothing runs and nothing in flight will free blocks or land: a deadlock (a bug)
             raise SimulationError(
                 f"INV-12: instance {self.index}: idle with {len(self.waiting)} waiting, {len(self.landed)} landed"
@@ -395,6 +395,11 @@ class Instance:
         b = dec.count
         plan = self.plan
         plan.run(c, now, b, self.latency.decode_steps(b, dec.ctx_base + b * c, run))
+        if self.cpu is not None and self.waiting:
+            # a store landing mid-run can change what the waiting head loads: replan at that boundary (INV-8)
+            landing = self.cpu.next_store_landing(now)
+            if landing is not None:
+                plan.cut(landing)
         self.version += 1
         self.loop.schedule(plan.end_us, self.priority, self._on_event, self.version)
         return True
