@@ -237,7 +237,7 @@ def test_a_bad_cpu_kv_blocks_is_a_config_error_naming_the_key(overrides, words):
     assert "cluster.engine.cpu_kv_blocks" in str(err.value) and words in str(err.value)
 
 
-def test_a_pool_override_is_checked_too_and_the_cli_says_it_in_one_line():
+def test_a_pool_override_is_checked_too_and_the_cli_says_it_in_one_line(tmp_path):
     pool = "cluster.pools=[{name: a, count: 1, hardware: H100, role: mixed, engine: {cpu_kv_blocks: -5}, latency: {}}]"
-    proc = run_module("distsim", *TINY, pool, "hydra.run.dir=/tmp/distsim_cpu_kv_bad")
+    proc = run_module("distsim", *TINY, pool, f"hydra.run.dir={tmp_path / 'run'}")
     assert_user_error(proc, 2, "cluster.pools[0].engine.cpu_kv_blocks", "non-negative integer")
