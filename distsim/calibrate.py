@@ -5,6 +5,11 @@ memory_efficiency, step_overhead_us; linear: base_us, per_prefill_token_us, per_
 replaying the runs and minimising the simulated-vs-measured error (distsim.fidelity.fit), then writes
 a latency profile that ``cluster.latency.profile=PATH`` (or a shipped NAME) loads. Arguments with
 ``=`` are simulator overrides, applied to every run.
+
+``python -m distsim.calibrate --suite FOLDER [--params KEY=LOW:HIGH[:log],...] [--leave-one-model-out]``
+fits ONE set of config values over every run of a suite folder (``../shared/data/h100_vllm_runs``
+layout: per-stage aggregates, no per-request data), each model weighing the same, and writes
+``--out FILE.json`` (default multifit.json) with ``FILE.md`` beside it (distsim.fidelity.multifit).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from distsim import __version__, outputs
 from distsim.catalog import load_hardware, load_model
 from distsim.errors import UserError
+from distsim.fidelity import multifit_cli
 from distsim.fidelity.fit import FitResult, fit
 from distsim.fidelity.metrics import comparison_json
 from distsim.fidelity.readers import read_run
@@ -47,7 +53,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
 
-def _provenance(runs: Sequence[MeasuredRun], overrides: Sequence[str], budget: int, result, command: str | None) -> dict:
+def _provenance(
+    runs: Sequence[MeasuredRun], overrides: Sequence[str], budget: int, result, command: str | None
+) -> dict:
     """Where a fitted profile came from: the runs (with hashes), the objective, the optimiser, the errors."""
     return {
         "runs": [
@@ -112,45 +120,50 @@ def calibrate(
     return Calibration(result, profile)
 
 
-def _budget(text: str) -> int:
-    """--budget: a whole number of simulations, at least one."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of simulations (got {text!r})") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 simulation (got {value})")
-    return value
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m distsim.calibrate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("args", nargs="*", help="run folders or CSV runs, and overrides (key=value)")
+    parser.add_argument(
+        "--model", choices=("roofline", "linear"), help="latency model to fit (default roofline)"
+    )
+    parser.add_argument(
+        "--out", help="profile file to write (default: ./NAME.json; --suite: ./multifit.json)"
+    )
+    parser.add_argument("--name", help="profile name (default: HARDWARE-MODEL-KIND)")
+    parser.add_argument(
+        "--budget",
+        type=multifit_cli.count("simulations"),
+        help="simulations per fit (default 300; --suite: evaluations, default 100)",
+    )
+    multifit_cli.add_arguments(parser)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m distsim.calibrate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("args", nargs="+", help="run folders or CSV runs, and overrides (key=value)")
-    parser.add_argument(
-        "--model", choices=("roofline", "linear"), default="roofline", help="latency model to fit"
-    )
-    parser.add_argument("--out", help="profile file to write (default: ./NAME.json)")
-    parser.add_argument("--name", help="profile name (default: HARDWARE-MODEL-KIND)")
-    parser.add_argument("--budget", type=_budget, default=300, help="simulations per fit (default 300)")
-    ns = parser.parse_args(argv)
+    parser = _parser()
+    ns = parser.parse_intermixed_args(argv)
     overrides = [a for a in ns.args if "=" in a]
     paths = [a for a in ns.args if "=" not in a]
-    if not paths:
-        parser.error("give at least one run")
+    multifit_cli.check(parser, ns, paths)
     command = "python -m distsim.calibrate " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
+    if ns.suite is not None:
+        return multifit_cli.run(ns, overrides, command)
+    if not paths:
+        parser.error("give at least one run (or --suite FOLDER)")
+    kind, budget = ns.model or "roofline", ns.budget or 300
     try:
         if ns.out:
             outputs.prepare_file(ns.out)  # a bad --out fails before the fit, not after it
         else:
             outputs.prepare_dir(".")
         runs = [read_run(p) for p in paths]
-        cal = calibrate(runs, ns.model, overrides, budget=ns.budget, name=ns.name, command=command)
+        cal = calibrate(runs, kind, overrides, budget=budget, name=ns.name, command=command)
         out = outputs.write_text(Path(ns.out or f"{cal.profile.name}.json"), cal.profile.to_json())
     except UserError as err:
         print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2
     f = cal.fit
-    print(f"{ns.model}: {', '.join(f'{k}={v:.6g}' for k, v in f.coefficients.items())}")
+    print(f"{kind}: {', '.join(f'{k}={v:.6g}' for k, v in f.coefficients.items())}")
     print(f"objective {f.objective:.4f} (start {f.start_objective:.4f}) after {f.evaluations} simulations")
     for run, comp in f.comparisons.items():
         print()

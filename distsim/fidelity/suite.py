@@ -105,7 +105,12 @@ def simulated_requests(run: SuiteRun, cfg: DictConfig) -> pd.DataFrame:
 def compare_run(run: SuiteRun, simulated: pd.DataFrame, measured: pd.DataFrame, peers: list[str]) -> pd.DataFrame:
     """suite.csv's rows for one run: every (stage, metric) measured, with the peers' ``mpe``."""
     durations = [s.duration_s for s in run.workload.stages]
-    sim = stage_metrics(simulated, durations).set_index(["stage", "metric"])["value"]
+    return compare_metrics(run, stage_metrics(simulated, durations), measured, peers)
+
+
+def compare_metrics(run: SuiteRun, metrics: pd.DataFrame, measured: pd.DataFrame, peers: list[str]) -> pd.DataFrame:
+    """:func:`compare_run` from the replay's :func:`stage_metrics` (what a worker process sends back)."""
+    sim = metrics.set_index(["stage", "metric"])["value"]
     actual = measured.drop_duplicates(["stage_index", "metric_name"]).set_index(["stage_index", "metric_name"])
     mpe = measured.pivot_table(index=["stage_index", "metric_name"], columns="simulator", values="mpe")
     rows = []
@@ -171,45 +176,58 @@ def replay_suite(
     return result
 
 
-def headline(table: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Whole-run values of ``column`` for the :data:`HEADLINE` metrics: one row per run."""
-    whole = table[(table["stage"] == WHOLE_RUN) & table["metric"].isin(HEADLINE)]
-    return whole.pivot_table(index="run", columns="metric", values=column, sort=False).reindex(columns=list(HEADLINE))
+def headline(table: pd.DataFrame, column: str, metrics: Sequence[str] = HEADLINE) -> pd.DataFrame:
+    """Whole-run values of ``column`` for ``metrics`` (default :data:`HEADLINE`): one row per run."""
+    whole = table[(table["stage"] == WHOLE_RUN) & table["metric"].isin(metrics)]
+    return whole.pivot_table(index="run", columns="metric", values=column, sort=False).reindex(columns=list(metrics))
 
 
-def medians(result: SuiteResult) -> pd.DataFrame:
-    """Median absolute whole-run error (%) of mean E2E, TTFT, ITL over the compared runs, for distsim
-    and each peer (a peer over those of the runs it has a figure for); ``runs`` counts mean-E2E figures."""
+def medians(result: SuiteResult, metrics: Sequence[str] = HEADLINE) -> pd.DataFrame:
+    """Median absolute whole-run error (%) of ``metrics`` (default mean E2E, TTFT, ITL) over the compared
+    runs, for distsim and each peer (a peer over those of the runs it has a figure for); ``runs`` counts
+    the first metric's figures."""
     rows = []
     for name, column in ((DISTSIM, "error_pct"), *((p, f"mpe_{p}") for p in result.peers)):
-        errs = headline(result.table, column).abs() if len(result.table) else pd.DataFrame(columns=HEADLINE)
-        rows.append([name, int(errs["e2e_mean"].notna().sum()), *(float(errs[m].median()) for m in HEADLINE)])
-    return pd.DataFrame(rows, columns=["simulator", "runs", *HEADLINE])
+        errs = headline(result.table, column, metrics).abs() if len(result.table) else pd.DataFrame(columns=metrics)
+        rows.append([name, int(errs[metrics[0]].notna().sum()), *(float(errs[m].median()) for m in metrics)])
+    return pd.DataFrame(rows, columns=["simulator", "runs", *metrics])
 
 
 def _pct(x: float) -> str:
     return "n/a" if not math.isfinite(x) else f"{x:+.1f}%"
 
 
-def medians_markdown(result: SuiteResult) -> str:
-    lines = ["| simulator | runs | mean E2E | mean TTFT | mean ITL |", "|---|---:|---:|---:|---:|"]
-    for row in medians(result).itertuples(index=False):
-        cells = ["n/a" if not math.isfinite(v) else f"{v:.1f}%" for v in (row.e2e_mean, row.ttft_mean, row.itl_mean)]
-        lines.append(f"| {row.simulator} | {row.runs} | " + " | ".join(cells) + " |")
+def metric_label(metric: str) -> str:
+    """``e2e_p99`` -> ``p99 E2E``."""
+    name, stat = metric.split("_")
+    return f"{stat} {name.upper()}"
+
+
+def medians_table(frame: pd.DataFrame, metrics: Sequence[str] = HEADLINE) -> str:
+    """A :func:`medians` frame (or rows stacked from several) as a Markdown table."""
+    lines = ["| simulator | runs | " + " | ".join(metric_label(m) for m in metrics) + " |",
+             "|---|---:|" + "---:|" * len(metrics)]
+    for row in frame.to_dict("records"):
+        cells = ["n/a" if not math.isfinite(row[m]) else f"{row[m]:.1f}%" for m in metrics]
+        lines.append(f"| {row['simulator']} | {row['runs']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def runs_markdown(result: SuiteResult) -> str:
+def medians_markdown(result: SuiteResult, metrics: Sequence[str] = HEADLINE) -> str:
+    return medians_table(medians(result, metrics), metrics)
+
+
+def runs_markdown(result: SuiteResult, metrics: Sequence[str] = HEADLINE) -> str:
     lines = [
-        "| run | model | TP | workload | mean E2E | mean TTFT | mean ITL | notes |",
-        "|---|---|---:|---|---:|---:|---:|---|",
+        "| run | model | TP | workload | " + " | ".join(metric_label(m) for m in metrics) + " | notes |",
+        "|---|---|---:|---|" + "---:|" * len(metrics) + "---|",
     ]
     if not len(result.table):
         return "\n".join(lines)
-    errs = headline(result.table, "error_pct")
+    errs = headline(result.table, "error_pct", metrics)
     info = result.table.drop_duplicates("run").set_index("run")
     for run, row in errs.iterrows():
-        cells = " | ".join(_pct(row[m]) for m in HEADLINE)
+        cells = " | ".join(_pct(row[m]) for m in metrics)
         notes = "; ".join(result.notes.get(run, []))
         lines.append(f"| {run} | {info.at[run, 'model']} | {info.at[run, 'tp']} | {info.at[run, 'workload']} "
                      f"| {cells} | {notes} |")
