@@ -38,7 +38,7 @@ class MiniSim:
 
 FAKE_HW = HardwareSpec(
     name="fake", bf16_tflops=1.0, hbm_bw_tbps=1.0, memory_bytes=1 << 30, link_gbps_per_dir=1.0,
-    price_usd_per_gpu_hour=1.0, compute_efficiency_default=1.0, memory_efficiency_default=1.0,
+    price_usd_per_gpu_hour=1.0,
 )
 
 

@@ -195,11 +195,11 @@ def test_hardware_aliases_and_values():
         85899345920,
         450,
     )
-    assert h100.memory_efficiency_default == 0.8 and h100.compute_efficiency_default == 0.45
+    assert h100.fp8_tflops == 1979 and h100.host_link_gbps_per_dir == 64 and load_hardware("A100-80G").fp8_tflops is None
     for name in HARDWARE_NAMES:
         hw = load_hardware(name)
         assert hw.peak_flops > 0 and hw.mem_bw_bytes_per_s > 0 and hw.price_usd_per_gpu_hour > 0
-        assert 0 < hw.compute_efficiency_default <= 1 and 0 < hw.memory_efficiency_default <= 1
+        assert hw.host_link_gbps_per_dir > 0 and hw.matmul_tflops(True) >= hw.bf16_tflops
 
 
 def test_every_hardware_number_has_a_source():

@@ -23,8 +23,6 @@ _REQUIRED = (
     "memory_bytes",
     "link_gbps_per_dir",
     "price_usd_per_gpu_hour",
-    "compute_efficiency_default",
-    "memory_efficiency_default",
 )
 
 
@@ -43,8 +41,6 @@ class HardwareSpec:
     memory_bytes: int
     link_gbps_per_dir: float
     price_usd_per_gpu_hour: float
-    compute_efficiency_default: float
-    memory_efficiency_default: float
     gpus_per_node: int = 8  # GPUs joined by link_gbps_per_dir: the largest tensor-parallel group
     fp8_tflops: float | None = None  # dense FP8 tensor TFLOP/s; None: FP8 matmuls run at bf16_tflops
     host_link_gbps_per_dir: float = 32.0  # GPU <-> host (PCIe) per direction: CPU KV offload transfers
@@ -88,9 +84,6 @@ def _positive(value: Any, field: str, gpu: str) -> float:
 
 def _parse(name: str, entry: dict[str, Any]) -> HardwareSpec:
     v = {f: _positive(_value(entry, f, name), f, name) for f in _REQUIRED}
-    for f in ("compute_efficiency_default", "memory_efficiency_default"):
-        if v[f] > 1:
-            raise ValueError(f"{_FILE}: {name}.{f} must be in (0, 1] (got {v[f]})")
     if not isinstance(v["memory_bytes"], int):
         raise ValueError(f"{_FILE}: {name}.memory_bytes must be an integer")
     tdp = entry.get("tdp_w", {}).get("value")

@@ -22,7 +22,7 @@ from distsim.fidelity.replay import replay, replay_config
 from distsim.fidelity.run import MeasuredRun
 from distsim.fidelity.score import DEFAULT_WEIGHTS, RunEvaluation, evaluate_replay, score
 from distsim.instance.latency.base import StepShape
-from distsim.instance.latency.roofline import DEFAULT_STEP_OVERHEAD_US
+from distsim.instance.latency.roofline import DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,11 @@ def starting_point(kind: str, base: DictConfig) -> dict[str, float]:
     roof = with_latency(base, "roofline", {})
     pool = resolve_pools(roof.cluster)[0]
     if kind == "roofline":
-        hw = pool.hardware
+        k = DEFAULTS  # one set for every GPU
         return {
-            "compute_efficiency": hw.compute_efficiency_default,
-            "memory_efficiency": hw.memory_efficiency_default,
-            "step_overhead_us": DEFAULT_STEP_OVERHEAD_US,
+            "compute_efficiency": k.compute_efficiency,
+            "memory_efficiency": k.memory_efficiency,
+            "step_overhead_us": k.step_overhead_us,
         }
     lm, ctx = pool.latency, 1000
     one = lm.step_us(StepShape(0, 0, 0, 1, ctx))
