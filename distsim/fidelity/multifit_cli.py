@@ -17,7 +17,7 @@ from pathlib import Path
 from distsim import outputs
 from distsim.errors import UserError
 from distsim.fidelity.multifit import Evaluation, SuiteEvaluator, fit_runs, fit_suite
-from distsim.fidelity.multifit_lomo import leave_one_model_out
+from distsim.fidelity.multifit_lomo import Fold, leave_one_model_out
 from distsim.fidelity.multifit_pool import ReplayPool
 from distsim.fidelity.multifit_report import (
     REPORT_METRICS,
@@ -132,9 +132,12 @@ def run(ns: argparse.Namespace, overrides: list[str], command: str) -> int:
             if ns.leave_one_model_out:
                 progress(f"wrote {out}; the folds follow")
                 fold_budget = ns.fold_budget or budget
-                folds = leave_one_model_out(suite, runs, pool, params, start, fold_budget, progress)
-                record["leave_one_model_out"] = folds_json(folds, fit, fold_budget)
-                md = _write(out, record, page + "\n" + folds_markdown(folds, fit, fold_budget))
+
+                def write_folds(folds: list[Fold]) -> None:
+                    record["leave_one_model_out"] = folds_json(folds, fit, fold_budget)
+                    _write(out, record, page + "\n" + folds_markdown(folds, fit, fold_budget))
+
+                leave_one_model_out(suite, runs, pool, params, start, fold_budget, progress, write_folds)
     except UserError as err:
         print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2

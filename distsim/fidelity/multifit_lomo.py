@@ -7,7 +7,7 @@ they never saw. Folds run one after another, each using the whole worker pool.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from distsim.errors import UserError
@@ -39,8 +39,10 @@ def leave_one_model_out(
     start: dict[str, float],
     budget: int,
     progress: Progress | None = None,
+    on_fold: Callable[[list[Fold]], None] | None = None,
 ) -> list[Fold]:
-    """One :class:`Fold` per model of ``runs``, in the order the models first appear."""
+    """One :class:`Fold` per model of ``runs``, in the order the models first appear; ``on_fold`` gets
+    the folds done so far after each (the command writes them, so a stopped run keeps its folds)."""
     models = models_of(runs)
     if len(models) < 2:
         raise UserError(f"--leave-one-model-out needs runs of at least two models (got {', '.join(models)})")
@@ -56,4 +58,6 @@ def leave_one_model_out(
         fit = fit_suite(SuiteEvaluator(suite, train, pool), params, start, budget, progress=progress)
         held_out = SuiteEvaluator(suite, test, pool)(fit.best.values)
         folds.append(Fold(model, fit, held_out))
+        if on_fold:
+            on_fold(folds)
     return folds

@@ -211,7 +211,8 @@ def folds_markdown(folds: Sequence[Fold], fit: SuiteFit, budget: int) -> str:
         [
             "## Leave one model out",
             "",
-            f"Each model's runs replayed with the values fitted on the other models' runs (budget {budget} per fold).",
+            f"Each model's runs replayed with the values fitted on the other models' runs (budget {budget} per fold; "
+            f"{len(folds)} of {len({r.model for r in fit.best.runs})} models done).",
             "",
             "\n".join(lines),
             "",
