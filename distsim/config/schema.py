@@ -85,9 +85,10 @@ class FrontendConfig:
     """Costs outside the engine, as a client measures (distsim.config.settings.FrontendSettings): per
     request and per prompt token before the engine queues a request, per output token after it emits one."""
 
-    request_us: float = 0.0
-    per_input_token_us: float = 0.0
-    per_output_token_us: float = 0.0
+    # defaults fitted on the real vLLM runs on H100 (docs/fidelity.md; docs/data/h100_fit.json)
+    request_us: float = 1778.0
+    per_input_token_us: float = 5.48
+    per_output_token_us: float = 15.5
 
 
 @dataclass

@@ -92,15 +92,17 @@ class RooflineCoefficients:
     model and TP degree (docs/fidelity.md, "The step model's defaults"): the GPU terms fitted on the
     dense whole-model steps measured on an H100 (``python -m distsim.fidelity.steps
     ../shared/data/h100_steps --fit compute_efficiency,memory_efficiency,gemm_half_tokens,
-    attention_efficiency,layer_overhead_us``), the host terms on the real vLLM runs."""
+    attention_efficiency,layer_overhead_us``); then memory_efficiency, layer_overhead_us and the host
+    terms refitted, with the front end's, on the 13 real vLLM runs on H100 (``python -m distsim.calibrate
+    --suite ../shared/data/h100_vllm_runs``; docs/data/h100_fit.json)."""
 
-    compute_efficiency: float = 0.602
-    gemm_half_tokens: float = 88.2
-    attention_efficiency: float = 0.365
-    memory_efficiency: float = 0.761
-    layer_overhead_us: float = 26.0
-    sequence_overhead_us: float = 0.0
-    step_overhead_us: float = 500.0
+    compute_efficiency: float = 0.602  # h100_steps
+    gemm_half_tokens: float = 88.2  # h100_steps
+    attention_efficiency: float = 0.365  # h100_steps
+    memory_efficiency: float = 0.826  # h100_vllm_runs (0.761 on h100_steps)
+    layer_overhead_us: float = 1.14  # h100_vllm_runs (26.0 on h100_steps)
+    sequence_overhead_us: float = 5.82  # h100_vllm_runs
+    step_overhead_us: float = 864.0  # h100_vllm_runs
 
 
 DEFAULTS = RooflineCoefficients()
