@@ -42,7 +42,7 @@ def test_ingestion_and_the_token_lag_add_to_ttft_and_e2e_but_not_to_tpot():
 
 def test_the_front_end_is_configured_under_cluster_frontend_and_checked():
     overrides = ["workload=fixed", "workload.num_requests=50", "cluster.frontend.request_us=15000"]
-    base = simulate(load_config(["workload=fixed", "workload.num_requests=50"])).requests
+    base = simulate(load_config(["workload=fixed", "workload.num_requests=50", "cluster.frontend.request_us=0"])).requests
     with_front = simulate(load_config(overrides)).requests
     assert (with_front["ttft_ms"] - base["ttft_ms"]).min() >= 15.0 - 1e-9
     with pytest.raises(ConfigError) as err:
