@@ -61,7 +61,6 @@ class CpuKvTier:
 
     __slots__ = (
         "total",
-        "free",
         "blocks",
         "pinned",
         "block_bytes",
@@ -79,7 +78,6 @@ class CpuKvTier:
 
     def __init__(self, total_blocks: int, block_bytes: float, link_bytes_per_s: float):
         self.total = total_blocks
-        self.free = total_blocks
         # hash -> the time its copy is complete, least recently used first
         self.blocks: OrderedDict[Hashable, int] = OrderedDict()
         self.pinned: dict[Hashable, int] = {}  # hash -> loads in flight reading it (never evicted meanwhile)
@@ -94,6 +92,11 @@ class CpuKvTier:
         self.hit_blocks = 0
         self.load_us = 0  # summed waits of requests for their loads (queueing on the link plus the copy)
         self.store_us = 0  # summed copy times of stores (the link direction's busy time)
+
+    @property
+    def free(self) -> int:
+        """Blocks the tier can take without evicting (every held block is in ``blocks``)."""
+        return self.total - len(self.blocks)
 
     def transfer_us(self, n: int) -> int:
         """Whole microseconds to copy ``n`` blocks one way (half up, as the P/D transfer rounds)."""
@@ -132,7 +135,8 @@ class CpuKvTier:
         new = [h for h in hashes[lo:hi] if h not in blocks]
         if not new:
             return True
-        if len(new) > self.free and not self._evict(len(new) - self.free, now):
+        free = self.free
+        if len(new) > free and not self._evict(len(new) - free, now):
             return False
         start = max(now, self.d2h_free_us)
         duration = self.transfer_us(len(new))
@@ -142,7 +146,6 @@ class CpuKvTier:
         self.store_us += duration
         for h in new:
             blocks[h] = end
-        self.free -= len(new)
         self.stored_blocks += len(new)
         self.touch(hashes, hi)
         return True
@@ -169,7 +172,6 @@ class CpuKvTier:
             return False
         for h in victims:
             del self.blocks[h]
-        self.free += n
         self.evicted_blocks += n
         return True
 
@@ -203,10 +205,8 @@ class CpuKvTier:
         """INV-15: the tier's blocks are conserved and its counters add up; ``loading_blocks`` is the number
         of blocks the instance's loads in flight read. Raises SimulationError."""
         held = len(self.blocks)
-        if self.free < 0 or self.free + held != self.total:
-            raise SimulationError(
-                f"INV-15: {where}: CPU tier blocks not conserved: free {self.free} + held {held} != {self.total}"
-            )
+        if held > self.total:
+            raise SimulationError(f"INV-15: {where}: CPU tier holds {held} blocks > cpu_kv_blocks {self.total}")
         if self.stored_blocks - self.evicted_blocks != held:
             raise SimulationError(
                 f"INV-15: {where}: CPU tier counts: stored {self.stored_blocks} - evicted {self.evicted_blocks}"
