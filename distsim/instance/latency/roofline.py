@@ -216,11 +216,14 @@ class RooflineLatency(LatencyModel):
     def gpu_step_us(self, shape: StepShape) -> float:
         """The step's GPU time in microseconds, unrounded: every term but the host's. What a
         kernel-level measurement of one forward pass (``../shared/data/h100_steps``) compares to."""
-        p_tok, p_pairs, p_kv, d_seqs, d_ctx, _ = shape
-        tokens = p_tok + d_seqs
-        att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
-        matmuls = self._matmuls(p_tok, d_seqs, tokens) if tokens else 0.0
-        return matmuls + (att_c if att_c > att_m else att_m) + self._layers + (self._a0 + self._a_tok * tokens)
+        t = self.breakdown(shape)
+        return (
+            max(t["dense_compute_us"], t["dense_memory_us"])
+            + max(t["expert_compute_us"], t["expert_memory_us"])
+            + max(t["attention_compute_us"], t["attention_memory_us"])
+            + t["layers_us"]
+            + t["all_reduce_us"]
+        )
 
     # ---- the hot path ------------------------------------------------------------------------
     def _decode_batch(self, b: int) -> tuple[float, float, float, float]:
