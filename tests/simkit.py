@@ -93,6 +93,7 @@ def run(
     transfer_cfg=None,
     ttft_slo_ms: float = 1e9,
     frontend: FrontendSettings | None = None,
+    after_event=None,
 ) -> MiniSim:
     params = params or engine()
     latency = latency or LinearLatency(100.0, 2.0, 5.0)
@@ -106,6 +107,8 @@ def run(
     sim = MiniSim(loop, cluster, recorder)
     if check_every_event:
         _wrap_checks(sim)
+    if after_event is not None:  # a probe called with (sim, now) after each event
+        loop.after_event = lambda now: after_event(sim, now)
     cluster.feed(requests)
     loop.run()
     cluster.finish(horizon_us)

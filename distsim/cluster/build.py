@@ -129,8 +129,8 @@ def build_cluster(
     board = SignalBoard(instances, signals, loop, stream(seed, "signals"))
     state = RouterState(len(instances))
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo)
-    if board.live and (getattr(routes.router, "reads_signals", False) or getattr(admission, "reads_signals", False)):
-        board.enable_push()
+    if any(getattr(policy, "reads_signals", False) for policy in (routes.router, routes.decode_router, admission)):
+        board.enable_push()  # live or scraped: O(1) pushes per change beat O(instances) pulls per read
     return Cluster(
         instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder, frontend or NO_FRONTEND
     )

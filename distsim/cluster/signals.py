@@ -6,14 +6,17 @@ routers read those live arrays. Otherwise each signal is scraped on its own cade
 uniform jitter from the "signals" RNG stream) and the snapshot becomes visible after the transport
 delay, like a metrics scrape. A scrape copies a few small arrays, so stale signals cost little.
 
-KV use inside a fast-forwarded decode run is computed for the exact read time, so reads agree with
-stepping one by one.
+Every signal costs O(1) per change, whatever the fleet size. KV use inside a fast-forwarded decode run
+changes at step boundaries the instance never visits one by one: the board keeps each such run's blocks
+as of the last read in ``kv_run`` with the last instant that value holds, and a heap of those instants;
+a read recomputes only the runs that crossed a step boundary since (a closed form from the decode set's
+aggregates), so reads agree with stepping one by one at a cost bounded by the steps simulated.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -34,7 +37,13 @@ class SignalBoard:
         self.cached_tokens = np.zeros(n, dtype=np.int64)
         self.prompt_tokens = np.zeros(n, dtype=np.int64)
         self.kv_total = np.array([inst.kv.total for inst in instances], dtype=np.float64)
-        self.in_run: dict[int, Any] = {}  # instance index -> instance, while it fast-forwards a decode run
+        for slot, inst in enumerate(instances):
+            inst.slot = slot  # the instance's row in this board's arrays
+        # fast-forwarded runs (pushed instances): blocks taken beyond the run's first step, as of the last
+        # read; a heap of (last instant that value holds, slot, run tag): stale tags are skipped
+        self.kv_run = np.zeros(n, dtype=np.int64)
+        self._run_tag = [0] * n
+        self._run_heap: list[tuple[int, int, int]] = []
         self.cadence = settings.cadence
         self.delay_us = settings.transport_delay_us
         self.live = settings.live
@@ -66,17 +75,43 @@ class SignalBoard:
         if name == "queued_tokens":
             return self.queued_tokens
         if name == "kv_utilization":
-            used = self.kv_used
-            if self.in_run:
-                used = used.copy()
-                for i, inst in self.in_run.items():
-                    used[i] += inst.run_blocks_by(now)
-            return used / self.kv_total
+            if not self.pushed:
+                return self.kv_used / self.kv_total
+            if self._run_heap and self._run_heap[0][0] < now:
+                self._advance_runs(now)
+            return (self.kv_used + self.kv_run) / self.kv_total
         if name == "cache_hit_rate":
             with np.errstate(invalid="ignore", divide="ignore"):
                 rate = self.cached_tokens / self.prompt_tokens
             return np.nan_to_num(rate, nan=0.0)
         raise KeyError(name)
+
+    # ---------------------------------------------------------------- fast-forwarded runs
+    def run_started(self, inst, now: int) -> None:
+        """A pushed instance planned a run of decode steps (it took the first step's blocks already)."""
+        slot = inst.slot
+        tag = self._run_tag[slot] = self._run_tag[slot] + 1
+        blocks, holds_until = inst.run_blocks_at(now)
+        self.kv_run[slot] = blocks
+        heapq.heappush(self._run_heap, (holds_until, slot, tag))
+
+    def run_ended(self, inst) -> None:
+        """The run was applied: its blocks are in the instance's own count (pushed with the event)."""
+        slot = inst.slot
+        self._run_tag[slot] += 1
+        self.kv_run[slot] = 0
+
+    def _advance_runs(self, now: int) -> None:
+        """Bring ``kv_run`` to ``now`` for the runs that crossed a step boundary since the last read."""
+        heap = self._run_heap
+        tags = self._run_tag
+        while heap and heap[0][0] < now:
+            _, slot, tag = heapq.heappop(heap)
+            if tags[slot] != tag:
+                continue  # the run ended
+            blocks, holds_until = self.instances[slot].run_blocks_at(now)
+            self.kv_run[slot] = blocks
+            heapq.heappush(heap, (holds_until, slot, tag))
 
     def _pull(self) -> None:
         """Read every instance's state (a scrape without pushes: a few fields per instance)."""

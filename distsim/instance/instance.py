@@ -76,6 +76,7 @@ class Instance:
         gpus: int = 1,
     ):
         self.index = index
+        self.slot = index  # the row in the signal board's arrays (the board sets it)
         self.latency = latency
         self.loop = loop
         self.on_done = on_done
@@ -130,7 +131,7 @@ class Instance:
         self.publish_to(board)
 
     def publish_to(self, board) -> None:
-        i = self.index
+        i = self.slot
         board.waiting[i] = len(self.waiting) + len(self.landed) + len(self.loading)
         board.running[i] = len(self.running)
         board.kv_used[i] = self.kv.used()
@@ -146,8 +147,8 @@ class Instance:
 
     def _publish_queue(self) -> None:
         if self.board is not None:
-            self.board.waiting[self.index] = len(self.waiting) + len(self.landed) + len(self.loading)
-            self.board.queued_tokens[self.index] = self.waiting_tokens
+            self.board.waiting[self.slot] = len(self.waiting) + len(self.landed) + len(self.loading)
+            self.board.queued_tokens[self.slot] = self.waiting_tokens
 
     # ------------------------------------------------------------------ arrivals
     def enqueue(self, req: Request, now: int) -> None:
@@ -224,7 +225,7 @@ class Instance:
             if k > 1:  # its first step took its blocks when planned; the rest take theirs now
                 self.kv.allocate(self.decoders.block_need(plan.start + 1, k - 1))
             if self.board is not None:
-                self.board.in_run.pop(self.index, None)
+                self.board.run_ended(self)
             if b:
                 durations = plan.durations_us
                 stats.itl_run_durations.extend(durations[:k] if k < len(durations) else durations)
@@ -390,8 +391,6 @@ class Instance:
         # applied (nothing else touches this cache meanwhile)
         if need_dec:
             self.kv.allocate(need_dec)
-        if self.board is not None:
-            self.board.in_run[self.index] = self
         b = dec.count
         plan = self.plan
         plan.run(c, now, b, self.latency.decode_steps(b, dec.ctx_base + b * c, run))
@@ -400,6 +399,8 @@ class Instance:
             landing = self.cpu.next_store_landing(now)
             if landing is not None:
                 plan.cut(landing)
+        if self.board is not None:
+            self.board.run_started(self, now)
         self.version += 1
         self.loop.schedule(plan.end_us, self.priority, self._on_event, self.version)
         return True
@@ -675,6 +676,16 @@ class Instance:
         """Blocks the fast-forwarded run has taken by ``now`` beyond its first step (for live signals)."""
         started = self.plan.steps_started_after_first(now)
         return self.decoders.block_need(self.plan.start + 1, started) if started > 0 else 0
+
+    def run_blocks_at(self, now: int) -> tuple[int, int]:
+        """``run_blocks_by(now)`` and the last instant it holds (the end of the step running at ``now``:
+        the next step takes its blocks when that one ends). A cut only shortens the run, so a value
+        stays right until the run is applied."""
+        plan = self.plan
+        started = plan.steps_started_after_first(now)
+        if started >= plan.steps - 1:
+            return self.run_blocks_by(now), plan.end_us  # every step has started: fixed until applied
+        return self.run_blocks_by(now), plan.run_ends()[started]
 
     # ------------------------------------------------------------------ end of simulation
     def settle(self, horizon: int) -> None:
