@@ -173,6 +173,8 @@ class SimConfig:
     horizon_s: float | None = None  # stop here; requests still in flight are 'unfinished'
     fast_forward: bool = True  # skip decode-only stretches in closed form (results are identical)
     write_requests: bool = True  # write requests.parquet
+    # a progress line on stderr during a long single run (python -m distsim); null: when stderr is a terminal
+    progress: bool | None = None
 
 
 @dataclass
