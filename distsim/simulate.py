@@ -17,6 +17,7 @@ from distsim import outputs
 from distsim.cluster.build import build_cluster
 from distsim.config.scenario import Scenario, resolve
 from distsim.engine.loop import EventLoop
+from distsim.metrics.cells import measure_cells
 from distsim.metrics.fitness import compute_fitness
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.tables import measure
@@ -30,6 +31,7 @@ class SimulationResult:
     instances: pd.DataFrame
     perf: dict[str, Any] = field(default_factory=dict)
     decisions: pd.DataFrame | None = None  # per routing decision, when policy.trace_decisions is on
+    cells: pd.DataFrame | None = None  # per cell, with a cell layer (cluster.cells.count > 1)
 
     def write(self, out_dir: str | os.PathLike, *, write_requests: bool = True) -> None:
         """requests.parquet, instances.parquet, decisions.parquet, perf.json, then summary.json into ``out_dir``.
@@ -41,12 +43,15 @@ class SimulationResult:
         out = outputs.prepare_dir(out_dir)
         skipped = [] if write_requests else ["requests.parquet"]
         skipped += [] if self.decisions is not None else ["decisions.parquet"]
+        skipped += [] if self.cells is not None else ["cells.parquet"]
         outputs.remove(out / name for name in ("summary.json", *skipped))
         if write_requests:
             outputs.write_parquet(out / "requests.parquet", self.requests)
         outputs.write_parquet(out / "instances.parquet", self.instances)
         if self.decisions is not None:
             outputs.write_parquet(out / "decisions.parquet", self.decisions)
+        if self.cells is not None:
+            outputs.write_parquet(out / "cells.parquet", self.cells)
         outputs.write_text(out / "perf.json", json.dumps(self.perf, indent=2) + "\n")
         outputs.write_text(out / "summary.json", summary_json(self.summary))
 
@@ -77,19 +82,21 @@ def run(scenario: Scenario, *, started: tuple[float, float] | None = None) -> Si
     cluster = build_cluster(
         scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
         seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
+        cells=scenario.cells,
     )
     cluster.feed(scenario.workload)
     end_us = loop.run()
     cluster.finish(sim.horizon_us)
     cluster.warn_refusals()
     table, instances, summary = measure(cluster, recorder, loop, end_us, sim.seed)
+    cells = measure_cells(cluster, table, instances, summary)  # None without a cell layer
     if workload_summary is not None:
         summary["workload"] = workload_summary
     summary["fitness"] = compute_fitness(summary, scenario.fitness)
     del summary["_derived"]
     perf = perf_figures(wall0, cpu0, loop.events, len(table))
     decisions = cluster.decision_table() if cluster.trace else None
-    return SimulationResult(summary, table, instances, perf, decisions)
+    return SimulationResult(summary, table, instances, perf, decisions, cells)
 
 
 def perf_figures(wall0: float, cpu0: float, events: int, requests: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from distsim.cluster.build import build_cluster
 from distsim.cluster.cluster import Cluster
 from distsim.cluster.pools import PoolSpec
 from distsim.config import checks
-from distsim.config.schema import PolicyConfig, SignalsConfig
+from distsim.config.schema import CellsConfig, PolicyConfig, SignalsConfig
 from distsim.config.settings import (
     FrontendSettings,
     PolicySettings,
@@ -72,6 +72,15 @@ def signals(interval_ms: float = 0.0, delay_ms: float = 0.0, jitter_ms: float = 
     return checks.signals(node)
 
 
+def cell_settings(pools: list, **keys):
+    """Checked cell settings for ``pools``: ``keys`` are cluster.cells keys, dotted ones with "__"
+    (``count=4, spill__threshold=2, rtt__spread_ms=10``)."""
+    node = OmegaConf.structured(CellsConfig)
+    for key, value in keys.items():
+        OmegaConf.update(node, key.replace("__", "."), value)
+    return checks.cells(node, pools)
+
+
 def transfer(bandwidth_gbps: float, latency_us: float) -> TransferSettings:
     return TransferSettings(bandwidth_gbps * 1e9, latency_us)
 
@@ -94,6 +103,7 @@ def run(
     ttft_slo_ms: float = 1e9,
     frontend: FrontendSettings | None = None,
     after_event=None,
+    cells: dict | None = None,
 ) -> MiniSim:
     params = params or engine()
     latency = latency or LinearLatency(100.0, 2.0, 5.0)
@@ -103,6 +113,7 @@ def run(
     cluster = build_cluster(
         pools, policy_cfg or policy(routing), signals_cfg or SignalSettings(), transfer_cfg or TransferSettings(),
         loop, recorder, seed=seed, fast_forward=fast_forward, slo=SloDefaults(ttft_slo_ms, 1e9), frontend=frontend,
+        cells=cell_settings(pools, **cells) if cells else None,
     )
     sim = MiniSim(loop, cluster, recorder)
     if check_every_event:

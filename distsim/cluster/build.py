@@ -2,7 +2,8 @@
 
 Everything here was checked by :func:`distsim.config.scenario.resolve`; assembly only wires objects
 together, so it raises nothing a user could cause. Each policy draws from its own named random stream
-("router", or "router/prefill" and "router/decode" under P/D, and "admission").
+("router", or "router/prefill" and "router/decode" under P/D, and "admission"; a cell's own, e.g.
+"router/cell/17", see distsim.cells.build).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.config.settings import (
+    CellSettings,
     FrontendSettings,
     PolicyChoice,
     PolicySettings,
@@ -34,18 +36,20 @@ from distsim.policies.base import PolicyContext
 PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as llm-d's approximate scorer
 
 
-def build_instances(pools: Sequence[Any], loop: EventLoop, fast_forward: bool) -> tuple[list[Instance], list[Any]]:
-    """One Instance per engine, numbered in pool order: a configured instance with
+def build_instances(
+    pools: Sequence[Any], loop: EventLoop, fast_forward: bool, *, first: int = 0, first_group: int = 0
+) -> tuple[list[Instance], list[Any]]:
+    """One Instance per engine, numbered in pool order from ``first``: a configured instance with
     data_parallel_size N is N consecutive engines sharing one ``dp_group`` (the configured instance's
-    number); and each engine's pool."""
+    number, from ``first_group``); and each engine's pool."""
     instances: list[Instance] = []
     pool_of: list[Any] = []
-    group = 0
+    group = first_group
     for pool in pools:
         for _ in range(pool.count):
             for _ in range(pool.data_parallel_size):
                 inst = Instance(
-                    len(instances),
+                    first + len(instances),
                     pool.engine,
                     pool.latency,
                     loop,
@@ -94,9 +98,10 @@ def _prefix_index(routing: PolicyChoice, instances: list[Instance]) -> PrefixInd
 
 def build_routes(
     instances: list[Instance], pool_of: list[Any], board: SignalBoard, state: RouterState, policy: PolicySettings,
-    loop: EventLoop, seed: int, slo: SloDefaults,
+    loop: EventLoop, seed: int, slo: SloDefaults, suffix: str = "",
 ) -> tuple[Routes, Any]:
-    """The router(s) over their views, and the admission policy over the entry view."""
+    """The router(s) over their views, and the admission policy over the entry view; ``suffix`` ends
+    their stream names (a cell's, e.g. "/cell/17")."""
     routing = policy.routing
     index = _prefix_index(routing, instances)
     facts = _facts(instances, pool_of, board)
@@ -105,7 +110,7 @@ def build_routes(
 
     def group(members: np.ndarray, name: str) -> tuple[ClusterView, Any]:
         view = ClusterView(board, state, loop, members, prefix_index=index, facts=facts, step_models=models)
-        return view, routing.cls(routing.params, PolicyContext(int(members.size), stream(seed, name), seed, extra))
+        return view, routing.cls(routing.params, PolicyContext(int(members.size), stream(seed, name + suffix), seed, extra))
 
     roles = np.array([inst.role for inst in instances])
     if np.any(roles != "mixed"):  # P/D: resolve_pools checked there is a prefill and a decode pool
@@ -114,7 +119,7 @@ def build_routes(
     else:
         entry_view, router = group(np.arange(len(instances)), "router")
         decode_view = decode_router = None
-    ctx = PolicyContext(entry_view.n, stream(seed, "admission"), seed, extra)
+    ctx = PolicyContext(entry_view.n, stream(seed, "admission" + suffix), seed, extra)
     admission = policy.admission.cls(policy.admission.params, ctx)
     return Routes(entry_view, router, decode_view, decode_router, index), admission
 
@@ -122,13 +127,31 @@ def build_routes(
 def build_cluster(
     pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
     loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
-    frontend: FrontendSettings | None = None,
+    frontend: FrontendSettings | None = None, cells: CellSettings | None = None,
 ) -> Cluster:
-    """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says."""
+    """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says; with more than one
+    cell, the cell layer over them (a :class:`distsim.cells.fleet.Fleet`, which a caller uses alike)."""
+    if cells is not None and cells.enabled:
+        from distsim.cells.build import build_fleet
+
+        return build_fleet(
+            pools, policy, signals, transfer, loop, recorder, seed=seed, fast_forward=fast_forward, slo=slo,
+            frontend=frontend, cells=cells,
+        )
     instances, pool_of = build_instances(pools, loop, fast_forward)
-    board = SignalBoard(instances, signals, loop, stream(seed, "signals"))
+    return assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
+
+
+def assemble(
+    instances: list[Instance], pool_of: list[Any], policy: PolicySettings, signals: SignalSettings,
+    transfer: TransferSettings, loop: EventLoop, recorder: Any, *, seed: int, slo: SloDefaults,
+    frontend: FrontendSettings | None = None, suffix: str = "",
+) -> Cluster:
+    """A cluster over ``instances`` (the whole fleet, or one cell's, numbered consecutively) with its own
+    signal board, router state, routers, prefix index and admission; ``suffix`` ends their stream names."""
+    board = SignalBoard(instances, signals, loop, stream(seed, "signals" + suffix))
     state = RouterState(len(instances))
-    routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo)
+    routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo, suffix)
     if any(getattr(policy, "reads_signals", False) for policy in (routes.router, routes.decode_router, admission)):
         board.enable_push()  # live or scraped: O(1) pushes per change beat O(instances) pulls per read
     return Cluster(

@@ -43,7 +43,33 @@ class Routes:
     prefix_index: PrefixIndex | None = None
 
 
-class Cluster:
+class Intake:
+    """Requests streamed into the loop: one pending arrival event at a time, so memory does not grow with
+    them. Each arrival goes to ``accept`` (the cluster's admission and routing, or the cell layer's front)."""
+
+    loop: EventLoop
+    first_arrival_us: int | None
+    _source: Iterator[Request] | None
+    _exhausted: bool
+
+    def _pull(self) -> None:
+        req = next(self._source, None)
+        if req is None:
+            self._exhausted = True
+        else:
+            self.loop.schedule(req.arrival_us, PRIO_ARRIVAL, self._on_arrival, req)
+
+    def _on_arrival(self, now: int, req: Request) -> None:
+        if self.first_arrival_us is None:
+            self.first_arrival_us = now
+        self._pull()
+        self.accept(now, req)
+
+    def accept(self, now: int, req: Request) -> None:
+        raise NotImplementedError
+
+
+class Cluster(Intake):
     """The cluster's event handlers: arrival, admission, routing, dispatch, P/D hand-off, completion.
     Assembled by :func:`distsim.cluster.build.build_cluster` from resolved settings."""
 
@@ -63,6 +89,9 @@ class Cluster:
     ):
         self.loop, self.recorder = loop, recorder
         self.instances, self.pool_of = instances, pool_of
+        # global number of instances[0]: a cell's cluster numbers its instances from 0 internally (its
+        # board, router state, views and prefix index are the cell's size) and requests carry global numbers
+        self.base = instances[0].index
         self.board, self.state = board, state
         self.entry_view, self.router = routes.entry_view, routes.router
         self.decode_view, self.decode_router = routes.decode_view, routes.decode_router
@@ -78,7 +107,8 @@ class Cluster:
         for inst in instances:
             inst.on_done, inst.on_prefilled, inst.on_reserved = self._on_done, self._on_prefilled, self._on_reserved
         self.decisions: list[tuple] = []
-        self.arrived = 0
+        self.arrived = 0  # requests that entered this cluster
+        self.recorded = 0  # of them, recorded with their final status
         self.first_arrival_us: int | None = None
         self.transfers = 0
         self.transfer_us_total = 0
@@ -103,35 +133,27 @@ class Cluster:
     def _active(self) -> bool:
         return not self._exhausted or bool(self.state.outstanding.any())
 
-    def _pull(self) -> None:
-        req = next(self._source, None)
-        if req is None:
-            self._exhausted = True
-        else:
-            self.loop.schedule(req.arrival_us, PRIO_ARRIVAL, self._on_arrival, req)
-
-    def _on_arrival(self, now: int, req: Request) -> None:
-        if self.first_arrival_us is None:
-            self.first_arrival_us = now
+    def accept(self, now: int, req: Request) -> None:
+        """A request enters the cluster (from the workload, or from the cell layer): admission, routing,
+        dispatch."""
         self.arrived += 1
-        self._pull()
         if not self.admission.admit(req, now, self.entry_view):
             req.status = Status.REJECTED
-            self.recorder.done(req)
+            self._record(req)
             return
         target = self._route(req, now, self.router, self.entry_view, "prefill" if self.disaggregated else "mixed")
         if self.disaggregated:
             decode = self._route(req, now, self.decode_router, self.decode_view, "decode")
             if not self.instances[decode].can_ever_fit(req):
-                req.instance = decode
-                req.prefill_instance = target
+                req.instance = decode + self.base
+                req.prefill_instance = target + self.base
                 req.status = Status.DROPPED
                 self.instances[decode].stats.dropped += 1
-                self.recorder.done(req)
+                self._record(req)
                 return
             self._decode_target[req.request_id] = decode
             self.state.outstanding[decode] += 1
-            req.prefill_instance = target
+            req.prefill_instance = target + self.base
         self.state.outstanding[target] += 1
         if self.prefix_index is not None and req.block_hashes:
             self.prefix_index.record(target, req.block_hashes)
@@ -146,18 +168,20 @@ class Cluster:
             self.instances[target].enqueue(req, now)
 
     def _route(self, req: Request, now: int, router: Any, view: ClusterView, stage: str) -> int:
+        """The chosen instance's number in this cluster (global number minus ``base``)."""
         local = router.route(req, view)
         chosen = int(view.members[local])
         if self.dp is not None:  # the pick names a DP group; vLLM's balancer picks its engine
             chosen = self.dp.pick(chosen)
         if self.trace:
             scores = getattr(router, "last_scores", None)
+            number = chosen + self.base
             if scores is None:
-                self.decisions.append((now, req.request_id, stage, chosen, None, None, None, None))
+                self.decisions.append((now, req.request_id, stage, number, None, None, None, None))
             else:
                 best = float(np.max(scores))
                 mine = float(scores[local])
-                self.decisions.append((now, req.request_id, stage, chosen, mine, best, best - mine, [float(x) for x in scores]))
+                self.decisions.append((now, req.request_id, stage, number, mine, best, best - mine, [float(x) for x in scores]))
         return chosen
 
     def _deliver(self, now: int, item: tuple[Request, int]) -> None:
@@ -169,30 +193,34 @@ class Cluster:
     def _on_done(self, req: Request) -> None:
         """An instance finished (completed or dropped) a request."""
         if req.instance >= 0:
-            self.state.outstanding[req.instance] -= 1
+            self.state.outstanding[req.instance - self.base] -= 1
         decode = self._decode_target.pop(req.request_id, None)
         if decode is not None:  # P/D: refused or dropped by its prefill instance, never sent to decode
             self.state.outstanding[decode] -= 1
+        self._record(req)
+
+    def _record(self, req: Request) -> None:
+        self.recorded += 1
         self.recorder.done(req)
 
     # ------------------------------------------------------------------ P/D hand-off
     def _on_prefilled(self, req: Request, now: int) -> None:
-        prefill = self.instances[req.prefill_instance]
-        self.state.outstanding[req.prefill_instance] -= 1
+        prefill = self.instances[req.prefill_instance - self.base]
+        self.state.outstanding[req.prefill_instance - self.base] -= 1
         decode = self._decode_target.pop(req.request_id)
         if req.generated >= req.output_tokens:  # a one-token answer needs no decode instance
             self.state.outstanding[decode] -= 1
             prefill.release_held(req, now)
             req.completion_us = now
             req.status = Status.COMPLETED
-            self.recorder.done(req)
+            self._record(req)
             return
         req.first_token_us = -1  # the first token reaches the user when the KV has landed
         self.instances[decode].incoming(req, now)
 
     def _on_reserved(self, req: Request, now: int) -> None:
         """The decode instance holds blocks for the KV: send it."""
-        pool = self.pool_of[req.prefill_instance]
+        pool = self.pool_of[req.prefill_instance - self.base]
         nbytes = req.prompt_tokens * pool.model.kv_bytes_per_token_per_gpu(pool.tensor_parallel_size)
         duration = math.floor(self.transfer_latency_us + nbytes / self.transfer_bw * 1e6 + 0.5)
         self.transfers += 1
@@ -203,10 +231,10 @@ class Cluster:
 
     def _transfer_done(self, now: int, req: Request) -> None:
         del self._in_transfer[req.request_id]
-        self.instances[req.prefill_instance].release_held(req, now)
+        self.instances[req.prefill_instance - self.base].release_held(req, now)
         req.first_token_us = now
         req.last_token_us = now
-        self.instances[req.instance].receive(req, now)
+        self.instances[req.instance - self.base].receive(req, now)
 
     # ------------------------------------------------------------------ end of run
     def finish(self, horizon_us: int | None) -> None:
@@ -225,33 +253,17 @@ class Cluster:
         for rid in sorted(pending):
             req = pending[rid]
             req.status = Status.UNFINISHED
-            self.recorder.done(req)
+            self._record(req)
 
     def warn_refusals(self) -> None:
-        """One warning line each for requests the engines refused as too long or dropped as never fitting,
-        so a run that lost requests says why."""
-        too_long = sum(inst.stats.too_long for inst in self.instances)
-        if too_long:
-            limits = sorted({inst.params.max_model_len for inst in self.instances if inst.params.max_model_len})
-            warn_config(
-                "cluster.engine.max_model_len",
-                f"{too_long} of {self.arrived} requests have a prompt plus output longer than max_model_len "
-                f"({', '.join(map(str, limits))} tokens) and were rejected, as vLLM rejects them",
-            )
-        dropped = sum(inst.stats.dropped for inst in self.instances)
-        if dropped:
-            tokens = sorted({inst.params.total_kv_blocks * inst.bs for inst in self.instances})
-            warn_config(
-                "cluster.engine.total_kv_blocks",
-                f"{dropped} of {self.arrived} requests were dropped: they can never fit in an instance's KV cache "
-                f"({', '.join(map(str, tokens))} tokens)",
-            )
+        warn_refusals(self.instances, self.arrived)
 
-    def check_invariants(self) -> None:
+    def check_invariants(self) -> dict[int, str]:
         """Every instance's invariants, and every arrived request in exactly one place: recorded with its
         final status, dispatching, or on one instance (queued, running, loading from its CPU KV tier, or in
         a P/D hand-off stage);
-        blocks are reserved or held only for a request in that hand-off. Raises SimulationError."""
+        blocks are reserved or held only for a request in that hand-off. Raises SimulationError; returns
+        where each request in flight is (request id -> place)."""
         places: dict[int, str] = {}
 
         def put(req: Request, where: str) -> None:
@@ -275,20 +287,46 @@ class Cluster:
         for inst in self.instances:
             if not set(inst.reserved) <= set(self._in_transfer) or not set(inst.held) <= handing_off:
                 raise SimulationError(f"INV-11: instance {inst.index}: blocks reserved or held for a request not in a hand-off")
-        recorded = len(self.recorder.records)
-        if self.arrived != recorded + len(places):
+        if self.arrived != self.recorded + len(places):
             raise SimulationError(
-                f"INV-1: requests not conserved: {self.arrived} arrived != {recorded} recorded + {len(places)} in flight"
+                f"INV-1: requests not conserved: {self.arrived} arrived != {self.recorded} recorded + {len(places)} in flight"
             )
+        return places
 
     def decision_table(self):
-        import pandas as pd
+        return decision_table(self.decisions)
 
-        cols = ["time_ms", "request_id", "stage", "instance", "score", "best_score", "regret", "scores"]
-        if not self.decisions:
-            return pd.DataFrame({c: [] for c in cols})
-        data = list(zip(*self.decisions))
-        frame = pd.DataFrame(dict(zip(cols, data)))
-        frame["time_ms"] = frame["time_ms"] / 1000.0
-        return frame
+
+def decision_table(decisions: list[tuple]):
+    """decisions.parquet: one row per routing decision (time, request, stage, chosen instance, scores)."""
+    import pandas as pd
+
+    cols = ["time_ms", "request_id", "stage", "instance", "score", "best_score", "regret", "scores"]
+    if not decisions:
+        return pd.DataFrame({c: [] for c in cols})
+    data = list(zip(*decisions))
+    frame = pd.DataFrame(dict(zip(cols, data)))
+    frame["time_ms"] = frame["time_ms"] / 1000.0
+    return frame
+
+
+def warn_refusals(instances: list[Instance], arrived: int) -> None:
+    """One warning line each for requests the engines refused as too long or dropped as never fitting,
+    so a run that lost requests says why."""
+    too_long = sum(inst.stats.too_long for inst in instances)
+    if too_long:
+        limits = sorted({inst.params.max_model_len for inst in instances if inst.params.max_model_len})
+        warn_config(
+            "cluster.engine.max_model_len",
+            f"{too_long} of {arrived} requests have a prompt plus output longer than max_model_len "
+            f"({', '.join(map(str, limits))} tokens) and were rejected, as vLLM rejects them",
+        )
+    dropped = sum(inst.stats.dropped for inst in instances)
+    if dropped:
+        tokens = sorted({inst.params.total_kv_blocks * inst.bs for inst in instances})
+        warn_config(
+            "cluster.engine.total_kv_blocks",
+            f"{dropped} of {arrived} requests were dropped: they can never fit in an instance's KV cache "
+            f"({', '.join(map(str, tokens))} tokens)",
+        )
 

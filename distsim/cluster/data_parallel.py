@@ -24,9 +24,9 @@ class DataParallelBalancer:
     def __init__(self, instances: Sequence[Any], in_transit: np.ndarray):
         self.instances = instances
         self.in_transit = in_transit  # router-owned, always current
-        members: dict[int, list[int]] = {}
-        for inst in instances:
-            members.setdefault(inst.dp_group, []).append(inst.index)
+        members: dict[int, list[int]] = {}  # by position in ``instances`` (a cell's cluster numbers from 0)
+        for i, inst in enumerate(instances):
+            members.setdefault(inst.dp_group, []).append(i)
         self.group_of = [tuple(members[inst.dp_group]) for inst in instances]
 
     @staticmethod

@@ -9,11 +9,13 @@ first job) at once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from distsim.config.settings import (
     SIGNALS,
+    CellSettings,
     FitnessSettings,
     FrontendSettings,
     PolicyChoice,
@@ -182,6 +184,50 @@ def prefix_routing_needs_caching(policy: PolicySettings, pools: Any) -> None:
             f"{routing.kind} routes on prefix-cache hits, but cluster.engine.enable_prefix_caching is false: "
             "no instance caches a prefix, so its prefix scores only concentrate load",
         )
+
+
+def cells(cfg: Any, pools: Any) -> CellSettings:
+    """``cluster.cells.*``: every pool's instances split equally among the cells, the front router, the
+    summaries' cadence and delay, the network's scales and the spill-over rule."""
+    from distsim.cells.registry import FRONTS
+
+    key = "cluster.cells"
+    count = integer(f"{key}.count", cfg.count, low=1)
+    for pool in pools:
+        if pool.count % count:
+            where = "cluster.instances" if pool.key == "cluster" else f"{pool.key}.count"
+            raise ConfigError(
+                f"{key}.count",
+                f"{count} cells do not divide pool {pool.name!r} ({where}={pool.count}): every cell holds an "
+                "equal share of every pool",
+            )
+    interval = ms_to_us(f"{key}.summary_interval_ms", cfg.summary_interval_ms)
+    jitter = ms_to_us(f"{key}.summary_jitter_ms", cfg.summary_jitter_ms)
+    delay = ms_to_us(f"{key}.summary_delay_ms", cfg.summary_delay_ms)
+    if jitter and jitter >= interval:
+        raise ConfigError(f"{key}.summary_jitter_ms", f"must be smaller than summary_interval_ms (got {cfg.summary_jitter_ms})")
+    if delay and not interval:
+        raise ConfigError(f"{key}.summary_delay_ms", "needs summary_interval_ms > 0 (0: the front reads live counts)")
+    threshold = cfg.spill.threshold
+    if threshold is not None:
+        threshold = positive(f"{key}.spill.threshold", threshold)
+    settings = CellSettings(
+        count=count,
+        front_policy=str(cfg.front_policy),
+        front=FRONTS.get(cfg.front_policy),
+        summary_interval_us=interval,
+        summary_jitter_us=jitter,
+        summary_delay_us=delay,
+        dims=integer(f"{key}.rtt.dims", cfg.rtt.dims, low=1),
+        spread_ms=non_negative(f"{key}.rtt.spread_ms", cfg.rtt.spread_ms),
+        height_ms=non_negative(f"{key}.rtt.height_ms", cfg.rtt.height_ms),
+        jitter_us=ms_to_us(f"{key}.rtt.jitter_ms", cfg.rtt.jitter_ms),
+        spill_threshold=threshold,
+        max_hops=integer(f"{key}.spill.max_hops", cfg.spill.max_hops, low=1),
+    )
+    if count == 1 and dataclasses.replace(settings, front=None) != CellSettings():
+        warn_config(f"{key}.count", "is 1: no cell layer, so the other cluster.cells settings have no effect")
+    return settings
 
 
 def fitness(cfg: Any) -> FitnessSettings:

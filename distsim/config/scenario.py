@@ -16,6 +16,7 @@ from typing import Any
 
 from distsim.config import checks
 from distsim.config.settings import (
+    CellSettings,
     FitnessSettings,
     FrontendSettings,
     PolicySettings,
@@ -40,6 +41,7 @@ class Scenario:
     fitness: FitnessSettings
     sim: SimSettings
     slo: SloDefaults
+    cells: CellSettings = CellSettings()  # the cell layer (count 1: none)
 
     @property
     def seed(self) -> int:
@@ -62,9 +64,10 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     policy = checks.policy(cfg.policy)
     pools = tuple(resolve_pools(cfg.cluster))
     checks.prefix_routing_needs_caching(policy, pools)
+    cells = checks.cells(cfg.cluster.cells, pools)
     if requests is None:
         from distsim.workload import build_workload
 
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
     slo = checks.slo_defaults(cfg.workload)
-    return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo)
+    return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells)

@@ -92,6 +92,41 @@ class FrontendConfig:
 
 
 @dataclass
+class CellRttConfig:
+    """Round trips between the front and the cells (distsim.cells.network): Vivaldi-style coordinates, a
+    point in ``dims`` dimensions (uniform in [0, spread_ms] per axis) plus a height (uniform in [0, height_ms],
+    the access link) per cell and for the front; RTT = distance + both heights. Each message adds a jitter
+    drawn uniformly in [0, jitter_ms]. All 0: no network delay."""
+
+    dims: int = 3
+    spread_ms: float = 0.0
+    height_ms: float = 0.0
+    jitter_ms: float = 0.0
+
+
+@dataclass
+class CellSpillConfig:
+    """Cross-cell spill-over: a cell whose outstanding requests per instance exceed ``threshold`` passes
+    an arriving request on to a cell it knows is not saturated, at most ``max_hops`` times per request."""
+
+    threshold: float | None = None  # null: no spill-over
+    max_hops: int = 1
+
+
+@dataclass
+class CellsConfig:
+    """The fleet split into cells behind a front router (distsim.cells); count 1: no cell layer."""
+
+    count: int = 1
+    front_policy: str = "round_robin"  # distsim/cells/front: round_robin | random | least_loaded | nearest
+    summary_interval_ms: float = 0.0  # each cell's summary refresh (0: the front reads live counts)
+    summary_jitter_ms: float = 0.0  # each interval drawn uniformly within +-jitter
+    summary_delay_ms: float = 0.0  # a summary reaches the front this much later
+    rtt: CellRttConfig = field(default_factory=CellRttConfig)
+    spill: CellSpillConfig = field(default_factory=CellSpillConfig)
+
+
+@dataclass
 class ClusterConfig:
     model: str = "llama-3.1-8b"
     hardware: str = "H100"
@@ -102,6 +137,7 @@ class ClusterConfig:
     gpus_per_node: int | None = None  # GPUs one node joins by NVLink (null: the hardware's, 8); caps TP
     kv_transfer: KVTransferConfig = field(default_factory=lambda: KVTransferConfig())
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
+    cells: CellsConfig = field(default_factory=CellsConfig)
 
 
 @dataclass

@@ -109,3 +109,28 @@ class SloDefaults:
 
     ttft_ms: float = float("inf")
     tpot_ms: float = float("inf")
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """The cell layer (distsim.cells): ``count`` cells (1: none), the front router's registered class,
+    the cells' summary cadence (interval and jitter, 0: the front reads live counts) and transport delay,
+    the Vivaldi-style coordinates' dimensions and scales with the per-message jitter, and spill-over
+    (``spill_threshold`` outstanding requests per instance, None: off; at most ``max_hops`` per request)."""
+
+    count: int = 1
+    front_policy: str = "round_robin"
+    front: Any = None  # the registered FrontRouter class
+    summary_interval_us: int = 0
+    summary_jitter_us: int = 0
+    summary_delay_us: int = 0
+    dims: int = 3
+    spread_ms: float = 0.0
+    height_ms: float = 0.0
+    jitter_us: int = 0
+    spill_threshold: float | None = None
+    max_hops: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.count > 1

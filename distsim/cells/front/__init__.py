@@ -1,0 +1,1 @@
+"""Front routers, one module each, registered in distsim.cells.registry.FRONTS."""
