@@ -1,7 +1,8 @@
 """``python -m distsim``: one simulation in-process (Hydra); ``-m`` runs a sweep.
 
-A single run composes conf/config.yaml with the command-line overrides, simulates, writes summary.json,
-requests.parquet, instances.parquet and perf.json into Hydra's run directory and prints a summary table.
+A single run composes conf/config.yaml with the command-line overrides, simulates (with a progress line
+on stderr when the run is long, see distsim.progress), writes summary.json, requests.parquet,
+instances.parquet and perf.json into Hydra's run directory and prints a summary table.
 A user's mistake prints one line and exits with status 2.
 """
 
@@ -25,13 +26,14 @@ print_warnings_as_lines()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    from distsim.progress import wanted
     from distsim.report_table import format_summary
     from distsim.simulate import simulate
 
     out_dir = HydraConfig.get().runtime.output_dir
     try:
         outputs.prepare_dir(out_dir)  # a bad directory fails now, not after simulating
-        result = simulate(cfg)
+        result = simulate(cfg, progress=wanted(cfg.sim.progress, sys.stderr))
         result.write(out_dir, write_requests=bool(cfg.sim.write_requests))
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)

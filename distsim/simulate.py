@@ -3,6 +3,7 @@ measure."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -21,6 +22,7 @@ from distsim.metrics.cells import measure_cells
 from distsim.metrics.fitness import compute_fitness
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.tables import measure
+from distsim.progress import ProgressLine, ProgressSettings, expected_end_us, expected_requests
 from distsim.request import Request
 
 
@@ -60,20 +62,25 @@ def summary_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, indent=2, allow_nan=False) + "\n"
 
 
-def simulate(cfg: Any, requests: Iterable[Request] | None = None) -> SimulationResult:
+def simulate(
+    cfg: Any, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False
+) -> SimulationResult:
     """Run the simulation that ``cfg`` (a composed config, see load_config) describes.
 
     ``requests`` replaces the configured workload (tests and validation feed exact request lists).
     The whole config is resolved and checked (distsim.config.scenario.resolve) before anything is
-    built, so a mistake anywhere stops before the first event.
+    built, so a mistake anywhere stops before the first event. ``progress``: draw a progress line on
+    stderr while the events run (distsim.progress; ``python -m distsim`` sets it from sim.progress).
     """
     started = (time.perf_counter(), time.process_time())
-    return run(resolve(cfg, requests), started=started)
+    return run(resolve(cfg, requests), started=started, progress=progress)
 
 
-def run(scenario: Scenario, *, started: tuple[float, float] | None = None) -> SimulationResult:
+def run(
+    scenario: Scenario, *, started: tuple[float, float] | None = None, progress: bool | ProgressSettings = False
+) -> SimulationResult:
     """Build the world from a resolved scenario, simulate it, and measure. ``started``: the wall and
-    CPU clocks when the caller began (perf.json then includes resolving)."""
+    CPU clocks when the caller began (perf.json then includes resolving); ``progress``: as simulate's."""
     wall0, cpu0 = started or (time.perf_counter(), time.process_time())
     sim = scenario.sim
     workload_summary = getattr(scenario.workload, "summary", lambda: None)()  # traces: rows read and skipped
@@ -85,7 +92,8 @@ def run(scenario: Scenario, *, started: tuple[float, float] | None = None) -> Si
         cells=scenario.cells,
     )
     cluster.feed(scenario.workload)
-    end_us = loop.run()
+    with _progress_line(progress, scenario, loop, recorder):
+        end_us = loop.run()
     cluster.finish(sim.horizon_us)
     cluster.warn_refusals()
     table, instances, summary = measure(cluster, recorder, loop, end_us, sim.seed)
@@ -97,6 +105,22 @@ def run(scenario: Scenario, *, started: tuple[float, float] | None = None) -> Si
     perf = perf_figures(wall0, cpu0, loop.events, len(table))
     decisions = cluster.decision_table() if cluster.trace else None
     return SimulationResult(summary, table, instances, perf, decisions, cells)
+
+
+def _progress_line(
+    progress: bool | ProgressSettings, scenario: Scenario, loop: EventLoop, recorder: Recorder
+) -> contextlib.AbstractContextManager:
+    """The progress line around the event loop (a thread reading the loop and the recorder), or nothing."""
+    if not progress:
+        return contextlib.nullcontext()
+    return ProgressLine(
+        lambda: loop.now,
+        loop.events_run,
+        lambda: len(recorder.records),
+        total=expected_requests(scenario.workload),
+        end_us=expected_end_us(scenario.workload, scenario.sim.horizon_us),
+        settings=progress if isinstance(progress, ProgressSettings) else None,
+    )
 
 
 def perf_figures(wall0: float, cpu0: float, events: int, requests: int) -> dict[str, Any]:
