@@ -24,6 +24,9 @@ from distsim.errors import OutputError, os_reason
 if TYPE_CHECKING:
     import pandas as pd
 
+    from distsim.metrics.columns import Table
+
+
 def _first_file(path: Path) -> Path | None:
     """The first of ``path`` and its ancestors that exists and is not a directory, if any."""
     for part in (*reversed(path.parents), path):
@@ -107,7 +110,12 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return write_file(path, write)
 
 
-def write_parquet(path: str | os.PathLike, frame: pd.DataFrame) -> Path:
+def write_parquet(path: str | os.PathLike, frame: pd.DataFrame | Table) -> Path:
+    """A DataFrame, or a column table (distsim.metrics.columns: the same bytes, without pandas)."""
+    from distsim.metrics.columns import Table, write_parquet
+
+    if isinstance(frame, Table):
+        return write_file(path, lambda tmp: write_parquet(tmp, frame))
     return write_file(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
 
 

@@ -10,30 +10,47 @@ import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from distsim import outputs
 from distsim.cluster.build import build_cluster
 from distsim.config.scenario import Scenario, resolve
 from distsim.engine.loop import EventLoop
-from distsim.metrics.cells import measure_cells
+from distsim.metrics.columns import Table
 from distsim.metrics.fitness import compute_fitness
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.tables import measure
 from distsim.progress import ProgressLine, ProgressSettings, expected_end_us, expected_requests
 from distsim.request import Request
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 @dataclass
 class SimulationResult:
+    """A run's figures and tables. ``requests`` and ``instances`` are pandas DataFrames (the columns of
+    requests.parquet and instances.parquet), built on first access from the run's column tables, so a
+    run that only writes its files never imports pandas."""
+
     summary: dict[str, Any]
-    requests: pd.DataFrame
-    instances: pd.DataFrame
+    request_table: Table | pd.DataFrame
+    instance_table: Table | pd.DataFrame
     perf: dict[str, Any] = field(default_factory=dict)
     decisions: pd.DataFrame | None = None  # per routing decision, when policy.trace_decisions is on
     cells: pd.DataFrame | None = None  # per cell, with a cell layer (cluster.cells.count > 1)
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        if isinstance(self.request_table, Table):
+            self.request_table = self.request_table.to_pandas()
+        return self.request_table
+
+    @property
+    def instances(self) -> pd.DataFrame:
+        if isinstance(self.instance_table, Table):
+            self.instance_table = self.instance_table.to_pandas()
+        return self.instance_table
 
     def write(self, out_dir: str | os.PathLike, *, write_requests: bool = True) -> None:
         """requests.parquet, instances.parquet, decisions.parquet, perf.json, then summary.json into ``out_dir``.
@@ -48,8 +65,8 @@ class SimulationResult:
         skipped += [] if self.cells is not None else ["cells.parquet"]
         outputs.remove(out / name for name in ("summary.json", *skipped))
         if write_requests:
-            outputs.write_parquet(out / "requests.parquet", self.requests)
-        outputs.write_parquet(out / "instances.parquet", self.instances)
+            outputs.write_parquet(out / "requests.parquet", self.request_table)
+        outputs.write_parquet(out / "instances.parquet", self.instance_table)
         if self.decisions is not None:
             outputs.write_parquet(out / "decisions.parquet", self.decisions)
         if self.cells is not None:
@@ -97,7 +114,12 @@ def run(
     cluster.finish(sim.horizon_us)
     cluster.warn_refusals()
     table, instances, summary = measure(cluster, recorder, loop, end_us, sim.seed)
-    cells = measure_cells(cluster, table, instances, summary)  # None without a cell layer
+    cells = None
+    if getattr(cluster, "cells", None) is not None:  # a cell layer adds its columns to the DataFrames
+        from distsim.metrics.cells import measure_cells
+
+        table, instances = table.to_pandas(), instances.to_pandas()
+        cells = measure_cells(cluster, table, instances, summary)
     if workload_summary is not None:
         summary["workload"] = workload_summary
     summary["fitness"] = compute_fitness(summary, scenario.fitness)

@@ -1,15 +1,21 @@
 """Collects one record per request as it reaches its final status.
 
 Records are small tuples appended in completion order; they become a column table once, at the end,
-so the hot loop pays one append per request.
+so the hot loop pays one append per request. The table is numpy columns (distsim.metrics.columns), a
+DataFrame only when asked for.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from distsim.metrics.columns import Table
 from distsim.request import STATUS_NAMES, Request, Status
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _FIELDS = (
     "request_id",
@@ -65,6 +71,10 @@ class Recorder:
         )
 
     def table(self) -> pd.DataFrame:
+        """requests.parquet's columns as a DataFrame, one row per request, sorted by request_id."""
+        return self.columns().to_pandas()
+
+    def columns(self) -> Table:
         """requests.parquet's columns, one row per request, sorted by request_id."""
         c = _Columns(self.records)
         status_codes = c.ints("status")
@@ -77,36 +87,27 @@ class Recorder:
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(out_tokens > 1, (completion_us - first_token_us) / 1000.0 / (out_tokens - 1), np.nan)
         tpot[status_codes != int(Status.COMPLETED)] = np.nan
-        frame = pd.DataFrame(
-            {
-                "request_id": c.ints("request_id"),
-                "tenant": c.ints("tenant"),
-                "slo_class": pd.array(np.asarray(c.raw["slo_class"], dtype=object)[c.order], dtype="string"),
-                "session_id": c.ints("session_id"),
-                "arrival_ms": c.ms("arrival_us"),
-                "status": pd.Categorical.from_codes(status_codes, categories=[STATUS_NAMES[s] for s in Status]),
-                "instance": c.ints("instance"),
-                "prefill_instance": c.ints("prefill_instance"),
-                "input_tokens": c.ints("input_tokens"),
-                "output_tokens": out_tokens,
-                "cached_tokens": c.ints("cached_tokens"),
-                "first_token_ms": c.ms_of(first_token_us),
-                "completion_ms": c.ms_of(completion_us),
-                "ttft_ms": ttft,
-                "tpot_ms": tpot,
-                "e2e_ms": c.since_arrival(completion_us),
-                "queue_ms": c.since_arrival(c.ints("first_scheduled_us")),
-                "preemptions": c.ints("preemptions"),
-                "ttft_slo_ms": c.slo("ttft_slo_ms", self.default_ttft_slo_ms),
-                "tpot_slo_ms": c.slo("tpot_slo_ms", self.default_tpot_slo_ms),
-            }
+        ttft_slo, tpot_slo = c.slo("ttft_slo_ms", self.default_ttft_slo_ms), c.slo("tpot_slo_ms", self.default_tpot_slo_ms)
+        met_slo = (
+            (status_codes == int(Status.COMPLETED))
+            & (np.nan_to_num(ttft, nan=np.inf) <= ttft_slo)
+            & (np.nan_to_num(tpot, nan=0.0) <= tpot_slo)
         )
-        frame["met_slo"] = (
-            (frame["status"] == "completed").to_numpy()
-            & (np.nan_to_num(ttft, nan=np.inf) <= frame["ttft_slo_ms"].to_numpy())
-            & (np.nan_to_num(tpot, nan=0.0) <= frame["tpot_slo_ms"].to_numpy())
-        )
-        return frame
+        t = Table()
+        t.add("request_id", c.ints("request_id"), "int64").add("tenant", c.ints("tenant"), "int64")
+        t.add("slo_class", np.asarray(c.raw["slo_class"], dtype=object)[c.order], "string")
+        t.add("session_id", c.ints("session_id"), "int64").add("arrival_ms", c.ms("arrival_us"), "float64")
+        t.add("status", status_codes, "category", [STATUS_NAMES[s] for s in Status])
+        for name in ("instance", "prefill_instance", "input_tokens"):
+            t.add(name, c.ints(name), "int64")
+        t.add("output_tokens", out_tokens, "int64").add("cached_tokens", c.ints("cached_tokens"), "int64")
+        t.add("first_token_ms", c.ms_of(first_token_us), "float64").add("completion_ms", c.ms_of(completion_us), "float64")
+        t.add("ttft_ms", ttft, "float64").add("tpot_ms", tpot, "float64")
+        t.add("e2e_ms", c.since_arrival(completion_us), "float64")
+        t.add("queue_ms", c.since_arrival(c.ints("first_scheduled_us")), "float64")
+        t.add("preemptions", c.ints("preemptions"), "int64")
+        t.add("ttft_slo_ms", ttft_slo, "float64").add("tpot_slo_ms", tpot_slo, "float64")
+        return t.add("met_slo", met_slo, "bool")
 
 
 class _Columns:

@@ -12,7 +12,8 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from distsim.metrics.columns import Table
 
 QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
 
@@ -71,36 +72,45 @@ def jain_index(x: np.ndarray) -> float:
     return float(x.sum() ** 2 / (x.size * sq))
 
 
-def tenant_fairness(requests: pd.DataFrame) -> float:
+def is_status(requests: Table, name: str) -> np.ndarray:
+    """The rows whose status is ``name`` (completed, rejected, dropped, unfinished)."""
+    return requests["status"] == requests.categories("status").index(name)
+
+
+def tenant_fairness(requests: Table) -> float:
     """Jain's index over tenants of the share of each tenant's requested output tokens that were
     served (completed); equal service for every tenant gives 1."""
-    if requests.empty:
+    if not len(requests):
         return 1.0
-    served = requests["output_tokens"].where(requests["status"] == "completed", 0)
-    per = pd.DataFrame({"tenant": requests["tenant"], "asked": requests["output_tokens"], "served": served})
-    g = per.groupby("tenant", sort=True)[["asked", "served"]].sum()
-    ratio = (g["served"] / g["asked"].where(g["asked"] > 0)).fillna(1.0).to_numpy()
+    asked_tokens = requests["output_tokens"]
+    served_tokens = np.where(is_status(requests, "completed"), asked_tokens, 0)
+    tenants, which = np.unique(requests["tenant"], return_inverse=True)
+    asked = np.zeros(len(tenants), dtype=np.int64)
+    served = np.zeros(len(tenants), dtype=np.int64)
+    np.add.at(asked, which, asked_tokens)
+    np.add.at(served, which, served_tokens)
+    ratio = np.where(asked > 0, served / np.maximum(asked, 1), 1.0)  # a tenant that asked for nothing: 1
     return jain_index(ratio)
 
 
-def request_counts(requests: pd.DataFrame, instances: pd.DataFrame) -> dict[str, int]:
+def request_counts(requests: Table, instances: Table) -> dict[str, int]:
     """summary.json's ``requests``: one count per final status, and preemptions two ways."""
-    status = requests["status"]
-    rejected = int((status == "rejected").sum())
+    rejected = int(is_status(requests, "rejected").sum())
+    preemptions = requests["preemptions"]
     return {
         "arrived": len(requests),
         "admitted": len(requests) - rejected,
         "rejected": rejected,
-        "completed": int((status == "completed").sum()),
-        "dropped": int((status == "dropped").sum()),
+        "completed": int(is_status(requests, "completed").sum()),
+        "dropped": int(is_status(requests, "dropped").sum()),
         "too_long": int(instances["too_long"].sum()),  # of the rejected: prompt + output over max_model_len
-        "preempted": int((requests["preemptions"] > 0).sum()),  # requests preempted at least once
-        "preemptions": int(requests["preemptions"].sum()),  # preemption events (as the parquet files count)
-        "unfinished": int((status == "unfinished").sum()),
+        "preempted": int((preemptions > 0).sum()),  # requests preempted at least once
+        "preemptions": int(preemptions.sum()),  # preemption events (as the parquet files count)
+        "unfinished": int(is_status(requests, "unfinished").sum()),
     }
 
 
-def cpu_kv_counts(instances: pd.DataFrame, prompt_scheduled: int) -> dict[str, Any]:
+def cpu_kv_counts(instances: Table, prompt_scheduled: int) -> dict[str, Any]:
     """summary.json's ``cpu_kv`` (only when an instance has a CPU KV tier): its blocks over the fleet,
     blocks stored and evicted, loads, blocks and tokens loaded, the share of scheduled prompt tokens loaded
     from it (counted in prefix_cache_hit_rate too), and the mean wait for a load."""
@@ -122,17 +132,17 @@ def cpu_kv_counts(instances: pd.DataFrame, prompt_scheduled: int) -> dict[str, A
     }
 
 
-def _fleet(instances: pd.DataFrame, span_s: float) -> tuple[np.ndarray, np.ndarray, float]:
+def _fleet(instances: Table, span_s: float) -> tuple[np.ndarray, np.ndarray, float]:
     """GPUs per instance, busy seconds per instance, and dollars spent over the span."""
-    gpus = instances["gpus"].to_numpy(dtype=np.float64) if len(instances) else np.zeros(0)
-    busy_s = instances["busy_ms"].to_numpy(dtype=np.float64) / 1e3 if len(instances) else np.zeros(0)
+    gpus = instances["gpus"].astype(np.float64)
+    busy_s = instances["busy_ms"] / 1e3
     cost_usd = float((instances["price_usd_per_gpu_hour"] * instances["gpus"]).sum()) * span_s / 3600.0
     return gpus, busy_s, cost_usd
 
 
 def summarize(
-    requests: pd.DataFrame,
-    instances: pd.DataFrame,
+    requests: Table,
+    instances: Table,
     itl_values: np.ndarray,
     itl_weights: np.ndarray,
     *,
@@ -142,29 +152,33 @@ def summarize(
     end_us: int,
 ) -> dict[str, Any]:
     """The summary dict (everything but fitness, which needs it as input)."""
-    completed = requests[requests["status"] == "completed"]
+    done = is_status(requests, "completed")
     span_s = max(end_us - start_us, 1) / 1e6
     arrived = len(requests)
-    scheduled = requests[requests["queue_ms"].notna()]
+    queue_ms = requests["queue_ms"]
+    scheduled = ~np.isnan(queue_ms)
     met = int(requests["met_slo"].sum())
-    prompt_scheduled = int(scheduled["input_tokens"].sum())
+    prompt_scheduled = int(requests["input_tokens"][scheduled].sum())
     gpus, busy_s, cost_usd = _fleet(instances, span_s)
     gpu_seconds = float(gpus.sum()) * span_s
-    tokens_done = int(completed["input_tokens"].sum() + completed["output_tokens"].sum())
+    done_input, done_output = requests["input_tokens"][done], requests["output_tokens"][done]
+    tokens_done = int(done_input.sum() + done_output.sum())
     summary: dict[str, Any] = {
         "requests": request_counts(requests, instances),
-        "ttft_ms": distribution(completed["ttft_ms"].to_numpy()),
-        "tpot_ms": distribution(completed["tpot_ms"].to_numpy()),
+        "ttft_ms": distribution(requests["ttft_ms"][done]),
+        "tpot_ms": distribution(requests["tpot_ms"][done]),
         "itl_ms": weighted_distribution(itl_values / 1000.0, itl_weights),
-        "e2e_ms": distribution(completed["e2e_ms"].to_numpy()),
-        "queue_ms": distribution(scheduled["queue_ms"].to_numpy()),
+        "e2e_ms": distribution(requests["e2e_ms"][done]),
+        "queue_ms": distribution(queue_ms[scheduled]),
         "throughput": {
-            "requests_per_s": rnd(len(completed) / span_s),
-            "input_tokens_per_s": rnd(completed["input_tokens"].sum() / span_s),
-            "output_tokens_per_s": rnd(completed["output_tokens"].sum() / span_s),
+            "requests_per_s": rnd(int(done.sum()) / span_s),
+            "input_tokens_per_s": rnd(done_input.sum() / span_s),
+            "output_tokens_per_s": rnd(done_output.sum() / span_s),
         },
         "goodput": {"slo_attainment": rnd(met / arrived) if arrived else None, "requests_per_s": rnd(met / span_s)},
-        "prefix_cache_hit_rate": rnd(scheduled["cached_tokens"].sum() / prompt_scheduled) if prompt_scheduled else 0.0,
+        "prefix_cache_hit_rate": (
+            rnd(requests["cached_tokens"][scheduled].sum() / prompt_scheduled) if prompt_scheduled else 0.0
+        ),
         **cpu_kv_counts(instances, prompt_scheduled),
         "gpu_utilization": rnd(float(np.dot(busy_s, gpus)) / gpu_seconds) if gpu_seconds else 0.0,
         "jain_fairness": rnd(tenant_fairness(requests)),
@@ -176,17 +190,19 @@ def summarize(
     return summary
 
 
-def slo_class_breakdown(requests: pd.DataFrame) -> dict[str, Any]:
-    """Per SLO class: counts, SLO attainment and the latency distributions of completed requests."""
+def slo_class_breakdown(requests: Table) -> dict[str, Any]:
+    """Per SLO class (in name order): counts, SLO attainment and the latency distributions of completed
+    requests."""
+    classes = requests["slo_class"]
+    done = is_status(requests, "completed")
     out: dict[str, Any] = {}
-    for name, group in requests.groupby("slo_class", sort=True, observed=True):
-        done = group[group["status"] == "completed"]
+    for name in sorted({c for c in classes.tolist() if c is not None}):
+        mine = classes == name
+        n = int(mine.sum())
         out[str(name)] = {
-            "requests": len(group),
-            "completed": len(done),
-            "slo_attainment": rnd(group["met_slo"].sum() / len(group)),
-            "ttft_ms": distribution(done["ttft_ms"].to_numpy()),
-            "tpot_ms": distribution(done["tpot_ms"].to_numpy()),
-            "e2e_ms": distribution(done["e2e_ms"].to_numpy()),
+            "requests": n,
+            "completed": int((mine & done).sum()),
+            "slo_attainment": rnd(int(requests["met_slo"][mine].sum()) / n),
+            **{key: distribution(requests[key][mine & done]) for key in ("ttft_ms", "tpot_ms", "e2e_ms")},
         }
     return out

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from distsim.metrics.columns import Table
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.summary import rnd, summarize
 
 
-def measure(cluster: Any, recorder: Recorder, loop: Any, end_us: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def measure(cluster: Any, recorder: Recorder, loop: Any, end_us: int, seed: int) -> tuple[Table, Table, dict]:
     """The request table, the instance table and the summary (fitness not yet added)."""
-    table = recorder.table()
+    table = recorder.columns()
     instances = instance_table(cluster)
     itl_values, itl_weights = itl_samples(cluster)
     start_us = cluster.first_arrival_us or 0
@@ -30,7 +30,8 @@ def measure(cluster: Any, recorder: Recorder, loop: Any, end_us: int, seed: int)
     return table, instances, summary
 
 
-def instance_table(cluster: Any) -> pd.DataFrame:
+def instance_table(cluster: Any) -> Table:
+    """instances.parquet: one row per instance (engine)."""
     rows = []
     for inst in cluster.instances:
         s = inst.stats
@@ -62,13 +63,20 @@ def instance_table(cluster: Any) -> pd.DataFrame:
                 "prompt_tokens": s.prompt_tokens,
             }
         )
-    frame = pd.DataFrame(rows)
+    columns = {name: [row[name] for row in rows] for name in rows[0]}
     if cluster.dp is not None:  # data parallelism: each engine's configured instance (its DP group)
-        frame.insert(1, "dp_group", [inst.dp_group for inst in cluster.instances])
+        columns = {"instance": columns.pop("instance"), "dp_group": [i.dp_group for i in cluster.instances], **columns}
     if any(inst.cpu is not None for inst in cluster.instances):  # a CPU KV tier somewhere: its counters
-        for name, values in cpu_tier_columns(cluster.instances).items():
-            frame[name] = values
-    return frame
+        columns.update(cpu_tier_columns(cluster.instances))
+    table = Table()
+    for name, values in columns.items():
+        table.add(name, values, _INSTANCE_KINDS.get(name, "float64" if name.endswith("_ms") else "int64"))
+    return table
+
+
+# instances.parquet's columns that are neither counts (int64) nor milliseconds (float64)
+_INSTANCE_KINDS = {"pool": "str", "role": "str", "hardware": "str", "price_usd_per_gpu_hour": "float64",
+                   "peak_kv_utilization": "float64"}
 
 
 def cpu_tier_columns(instances: list) -> dict[str, list]:
