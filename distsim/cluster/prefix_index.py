@@ -13,10 +13,11 @@ prefix up to it, and a match is exact to within one chunk at a fraction of the w
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 import numpy as np
+
+from distsim.engine.lru import LruSet
 
 
 class PrefixIndex:
@@ -25,7 +26,10 @@ class PrefixIndex:
         self.stride = stride
         self.capacity = [max(1, c // stride) for c in capacity_blocks]  # in keys
         self.owners: dict[Hashable, int] = {}  # hash -> bitmask of instances
-        self.lru: list[OrderedDict] = [OrderedDict() for _ in range(num_instances)]
+        self.lru = [LruSet() for _ in range(num_instances)]
+        # one int object per instance for a single owner's mask: on a large fleet most keys have one
+        # owner, and a fresh 1,000-bit int per key would cost 160 bytes each
+        self._bit = [1 << i for i in range(num_instances)]
         self._nbytes = (num_instances + 7) // 8
 
     def record(self, instance: int, hashes: Sequence[Hashable]) -> None:
@@ -33,22 +37,26 @@ class PrefixIndex:
         if self.stride > 1:
             hashes = hashes[self.stride - 1 :: self.stride]
         lru = self.lru[instance]
+        members = lru.members
         owners = self.owners
-        bit = 1 << instance
+        bit = self._bit[instance]
         cap = self.capacity[instance]
         for h in hashes:
-            if h in lru:
-                lru.move_to_end(h)
+            if h in members:
+                lru.touch(h)
                 continue
-            lru[h] = None
-            owners[h] = owners.get(h, 0) | bit
-            if len(lru) > cap:
-                old, _ = lru.popitem(last=False)
+            lru.add(h)
+            mask = owners.get(h)
+            owners[h] = bit if mask is None else mask | bit
+            if len(members) > cap:
+                old = lru.pop_oldest()
                 mask = owners[old] & ~bit
-                if mask:
-                    owners[old] = mask
-                else:
+                if not mask:
                     del owners[old]
+                elif mask & (mask - 1) == 0:  # one owner left: its shared mask object
+                    owners[old] = self._bit[mask.bit_length() - 1]
+                else:
+                    owners[old] = mask
 
     def match(self, hashes: Sequence[Hashable] | None) -> np.ndarray:
         """Blocks of ``hashes`` each instance holds as a prefix (int64 array, one per instance)."""

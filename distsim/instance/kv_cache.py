@@ -14,34 +14,36 @@ docs/invariants.md) is checked by :meth:`Instance.check_invariants` in the tests
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+
+from distsim.engine.lru import LruSet
 
 
 class KVCache:
-    __slots__ = ("total", "free", "refcount", "evictable", "evictions")
+    __slots__ = ("total", "free", "refcount", "evictable", "evictions", "_evictable_members")
 
     def __init__(self, total_blocks: int):
         self.total = total_blocks
         self.free = total_blocks
         self.refcount: dict[Hashable, int] = {}  # cached and referenced: hash -> holders
-        self.evictable: OrderedDict[Hashable, None] = OrderedDict()  # cached, unreferenced, LRU first
+        self.evictable = LruSet()  # cached, unreferenced, LRU first (half an OrderedDict's memory)
+        self._evictable_members = self.evictable.members  # len() of it without a method call (hot)
         self.evictions = 0
 
     # -- queries -------------------------------------------------------------------------------
     def available(self) -> int:
         """Blocks an allocation could get now (free plus evictable)."""
-        return self.free + len(self.evictable)
+        return self.free + len(self._evictable_members)
 
     def used(self) -> int:
         """Blocks held by running requests (referenced cached plus private)."""
-        return self.total - self.free - len(self.evictable)
+        return self.total - self.free - len(self._evictable_members)
 
     def match_prefix(self, hashes: Sequence[Hashable], limit: int) -> tuple[int, int]:
         """Length of the longest cached prefix of ``hashes[:limit]`` and how many of those blocks are
         currently evictable (referencing them takes them out of the evictable pool)."""
         refcount = self.refcount
-        evictable = self.evictable
+        evictable = self._evictable_members
         hits = 0
         from_evictable = 0
         for i in range(min(limit, len(hashes))):
@@ -63,7 +65,7 @@ class KVCache:
         for h in hashes:
             n = refcount.get(h)
             if n is None:
-                del evictable[h]
+                evictable.remove(h)
                 refcount[h] = 1
             else:
                 refcount[h] = n + 1
@@ -76,9 +78,9 @@ class KVCache:
             return
         evict = n - self.free
         self.free = 0
-        popitem = self.evictable.popitem
+        pop_oldest = self.evictable.pop_oldest
         for _ in range(evict):
-            popitem(last=False)
+            pop_oldest()
         self.evictions += evict
 
     def register(self, hashes: Sequence[Hashable], shared: list) -> int:
@@ -86,7 +88,7 @@ class KVCache:
         newly cached hash is appended to ``shared``; content already cached stays private (a duplicate).
         Returns how many blocks moved from private to cached. One call per prefill chunk."""
         refcount = self.refcount
-        evictable = self.evictable
+        evictable = self._evictable_members
         before = len(shared)
         for h in hashes:
             if h not in refcount and h not in evictable:
@@ -106,5 +108,5 @@ class KVCache:
                 refcount[h] = n
             else:
                 del refcount[h]
-                evictable[h] = None
+                evictable.add(h)
         self.free += private

@@ -1,0 +1,178 @@
+"""Scale benchmarks (issue 14): large fleets, every policy, and routing cost inside real runs.
+
+Every case runs in a fresh child process (so peak memory is its own) on the issue's scenario: the
+`large` cluster (H100, Llama-3.1-70B at TP4) with `cluster.instances` set, the default workload
+(ShareGPT-like lengths, shared system prompts) at 10 requests per second per instance, fresh signals.
+The child times the whole process (imports, compose, workload, simulation; outputs are not written)
+and, by wrapping every registered router's ``route``, the CPU time spent deciding inside the run.
+
+    python scripts/bench_scale.py headline                 # 1,000 instances, 1,000,000 requests: round_robin vs weighted
+    python scripts/bench_scale.py policies                 # every conf/policy at 1,000 instances, 100,000 requests
+    python scripts/bench_scale.py decisions                # us per routing decision by policy and fleet size
+    python scripts/bench_scale.py all --record             # all three, appended to scripts/results/bench_scale.txt
+
+CPU seconds are user + system time of the child, measured with getrusage; they vary with the machine's
+load, so each table states the date and whether other work shared the machine (``--note``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "scripts" / "results" / "bench_scale.txt"
+DECISION_POLICIES = ("round_robin", "least_loaded", "prefix_affinity", "weighted")
+
+
+def overrides(policy: str, instances: int, requests: int) -> list[str]:
+    return [
+        "cluster=large",
+        f"cluster.instances={instances}",
+        f"policy={policy}",
+        "signals=fresh",
+        f"workload.num_requests={requests}",
+        f"workload.arrival.rate_rps={10.0 * instances}",
+        "seed=0",
+    ]
+
+
+# ---------------------------------------------------------------------------------------- child
+def _time_routers() -> dict[str, float]:
+    """Wrap every registered router's ``route`` to add up its CPU time and calls (inside the real run)."""
+    from distsim.policies.registry import ROUTERS
+
+    ROUTERS.discover()
+    acc = {"s": 0.0, "n": 0}
+    clock = time.perf_counter  # single-threaded: wall time of a call is its CPU time, at a cheaper read
+    for name in ROUTERS.names():
+        cls = ROUTERS.get(name)
+        if "route" not in cls.__dict__:
+            continue
+        original = cls.__dict__["route"]
+
+        def timed(self, req, view, _original=original):
+            t0 = clock()
+            choice = _original(self, req, view)
+            acc["s"] += clock() - t0
+            acc["n"] += 1
+            return choice
+
+        cls.route = timed
+    return acc
+
+
+def child(spec: dict) -> dict:
+    acc = _time_routers() if spec.get("time_decisions") else None
+    from distsim import load_config, simulate
+
+    t0 = time.process_time()
+    cfg = load_config(spec["overrides"])
+    result = simulate(cfg)
+    sim_cpu = time.process_time() - t0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out = {
+        "process_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "sim_cpu_s": round(sim_cpu, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "events": result.summary["sim"]["events"],
+        "completed": result.summary["requests"]["completed"],
+        "simulated_s": result.summary["sim"]["simulated_s"],
+    }
+    if acc is not None:
+        out["decisions"] = acc["n"]
+        out["route_cpu_s"] = round(acc["s"], 3)
+        out["us_per_decision"] = round(acc["s"] / acc["n"] * 1e6, 1) if acc["n"] else None
+    return out
+
+
+def run_child(policy: str, instances: int, requests: int, time_decisions: bool = False) -> dict:
+    spec = {"overrides": overrides(policy, instances, requests), "time_decisions": time_decisions}
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)], cwd=ROOT, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{policy} x {instances}: child failed\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------- tables
+def policy_table(title: str, names: list[str], requests: int) -> list[str]:
+    """Each policy at 1,000 instances, the first (round_robin) as the baseline of the same table."""
+    lines = [title]
+    lines.append(
+        f"{'policy':<18}{'CPU-s':>9}{'sim CPU-s':>11}{'x round_robin':>15}{'us/decision':>13}{'peak MB':>10}"
+        f"{'events':>12}{'completed':>11}"
+    )
+    base = None
+    for policy in names:
+        r = run_child(policy, 1000, requests, time_decisions=True)
+        base = base or r["process_cpu_s"]
+        per = r["us_per_decision"]
+        lines.append(
+            f"{policy:<18}{r['process_cpu_s']:>9.1f}{r['sim_cpu_s']:>11.1f}{r['process_cpu_s'] / base:>15.2f}"
+            f"{(f'{per:.1f}' if per is not None else '-'):>13}{r['peak_rss_mb']:>10.0f}{r['events']:>12,}"
+            f"{r['completed']:>11,}"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
+def headline(requests: int) -> list[str]:
+    title = f"1,000 instances, {requests:,} requests, fresh signals (whole process, outputs not written)"
+    return policy_table(title, ["round_robin", "weighted"], requests)
+
+
+def policies(requests: int) -> list[str]:
+    names = sorted(p.stem for p in (ROOT / "conf" / "policy").glob("*.yaml") if p.stem != "round_robin")
+    title = f"every policy, 1,000 instances, {requests:,} requests, fresh signals (whole process)"
+    return policy_table(title, ["round_robin", *names], requests)
+
+
+def decisions(requests: int) -> list[str]:
+    sizes = (10, 100, 1000)
+    lines = [f"us per routing decision inside real runs ({requests:,} requests, 10 req/s per instance)"]
+    lines.append(f"{'policy':<16}" + "".join(f"{f'N={n}':>10}" for n in sizes))
+    for policy in DECISION_POLICIES:
+        row = [run_child(policy, n, requests, time_decisions=True)["us_per_decision"] for n in sizes]
+        lines.append(f"{policy:<16}" + "".join(f"{v:>10.1f}" for v in row))
+        print(lines[-1], flush=True)
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", nargs="?", choices=["headline", "policies", "decisions", "all"], default="all")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--headline-requests", type=int, default=1_000_000)
+    ap.add_argument("--policy-requests", type=int, default=100_000)
+    ap.add_argument("--decision-requests", type=int, default=20_000)
+    ap.add_argument("--record", action="store_true", help="append the tables to scripts/results/bench_scale.txt")
+    ap.add_argument("--note", default="", help="what else ran on the machine, for the record")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    lines = [f"# {datetime.date.today()} {platform.machine()} python {platform.python_version()} {args.note}".rstrip()]
+    if args.what in ("headline", "all"):
+        lines += headline(args.headline_requests) + [""]
+    if args.what in ("policies", "all"):
+        lines += policies(args.policy_requests) + [""]
+    if args.what in ("decisions", "all"):
+        lines += decisions(args.decision_requests) + [""]
+    text = "\n".join(lines)
+    print(text)
+    if args.record:
+        with RESULTS.open("a") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
