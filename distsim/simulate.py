@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distsim import outputs
-from distsim.cluster.build import build_cluster
+from distsim.cells.build import build_world
 from distsim.config.scenario import Scenario, resolve
 from distsim.engine.loop import EventLoop
 from distsim.metrics.columns import Table
@@ -103,7 +103,7 @@ def run(
     workload_summary = getattr(scenario.workload, "summary", lambda: None)()  # traces: rows read and skipped
     loop = EventLoop(sim.horizon_us)
     recorder = Recorder(scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.frontend.output_lag_us)
-    cluster = build_cluster(
+    cluster = build_world(
         scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
         seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
         cells=scenario.cells,

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from distsim.catalog.hardware import HardwareSpec
 from distsim.catalog.models import ModelSpec
-from distsim.cluster.build import build_cluster
+from distsim.cells.build import build_world
 from distsim.cluster.cluster import Cluster
 from distsim.cluster.pools import PoolSpec
 from distsim.config import checks
@@ -110,7 +110,7 @@ def run(
     pools = pools or [PoolSpec("p", instances, "mixed", FAKE_HW, tiny_model(1000), 1, params, latency, "cluster")]
     loop = EventLoop(horizon_us)
     recorder = Recorder(ttft_slo_ms, 1e9, frontend.output_lag_us if frontend else 0)
-    cluster = build_cluster(
+    cluster = build_world(
         pools, policy_cfg or policy(routing), signals_cfg or SignalSettings(), transfer_cfg or TransferSettings(),
         loop, recorder, seed=seed, fast_forward=fast_forward, slo=SloDefaults(ttft_slo_ms, 1e9), frontend=frontend,
         cells=cell_settings(pools, **cells) if cells else None,

@@ -3,7 +3,8 @@
 A real router cannot know how many tokens a request will generate; a policy that read
 ``Request.output_tokens`` would make the simulated policy look better than any deployable one. Policies
 receive the request itself (for its prompt, prefix hashes, tenant, SLOs), so this is checked on their
-source: no attribute, ``getattr`` name or string in distsim/policies names the output length.
+source: no attribute, ``getattr`` name or string in distsim/policies, nor in the cell layer's front routers
+(distsim/cells/front), names the output length.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import ast
 from pathlib import Path
 
 POLICIES = Path(__file__).resolve().parents[1] / "distsim" / "policies"
+FRONTS = Path(__file__).resolve().parents[1] / "distsim" / "cells" / "front"
 FORBIDDEN = {"output_tokens"}
 
 
@@ -28,5 +30,6 @@ def _mentions(path: Path) -> list[str]:
 def test_no_policy_reads_the_output_length():
     files = sorted(POLICIES.rglob("*.py"))
     assert len(files) > 10  # the policies and scorers are where this test looks
+    files += sorted(FRONTS.rglob("*.py"))
     found = [hit for path in files for hit in _mentions(path)]
     assert not found, f"policies read the true output length: {found}"

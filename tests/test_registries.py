@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from distsim.cells.registry import FRONTS
 from distsim.errors import ConfigError
 from distsim.instance.latency.registry import LATENCY_MODELS
 from distsim.instance.queues import QUEUES
@@ -31,6 +32,7 @@ FAMILIES = [
     (ADMISSIONS, "policy.admission.kind", {"always", "token_bucket", "queue_limit", "slo_aware", "reject_all"}),
     (SCORERS, "policy.routing.scorers", {"queue_depth", "kv_utilization", "prefix_affinity", "load_balance"}),
     (FITNESS, "fitness.kind", {"goodput", "weighted"}),
+    (FRONTS, "cluster.cells.front_policy", {"round_robin", "random", "least_loaded", "nearest"}),
 ]
 IDS = [key for _, key, _ in FAMILIES]
 

@@ -30,7 +30,7 @@ class CellDirectory:
         self.instances = np.asarray(sizes, dtype=np.float64)  # instances (engines) per cell
         self.rtt_us = rtt_us  # between nodes (cells, then the front)
         self.front_rtt_us = rtt_us[n, :n].copy()
-        self.inside = np.zeros(n, dtype=np.int64)  # live: requests each cell has accepted and not finished
+        self.inside = [0] * n  # live: requests each cell has accepted and not finished (scalar reads and writes)
         self.reported = np.zeros(n, dtype=np.int64)  # the last summary of each cell to reach the front
         self.sent = np.zeros(n, dtype=np.int64)  # requests sent to each cell since that summary arrived
         self.live = settings.summary_interval_us == 0
@@ -48,7 +48,7 @@ class CellDirectory:
     # ---------------------------------------------------------------- what the front reads
     def outstanding(self) -> np.ndarray:
         """Outstanding requests per cell as the summaries report them (live when the interval is 0)."""
-        return self.inside if self.live else self.reported
+        return np.array(self.inside, dtype=np.int64) if self.live else self.reported
 
     def estimated_load(self) -> np.ndarray:
         """Outstanding requests per instance: the summary's count plus the requests sent since."""
@@ -65,7 +65,7 @@ class CellDirectory:
     # ---------------------------------------------------------------- what a cell knows of itself
     def saturated(self, cell: int) -> bool:
         """A cell's own live state: more outstanding requests per instance than the threshold."""
-        return self.inside[cell] > self._capacity[cell]
+        return self.threshold is not None and self.inside[cell] > self._capacity[cell]
 
     def spill_target(self, src: int, visited: tuple[int, ...]) -> int | None:
         """The cell a saturated ``src`` passes a request on to: among the cells not yet visited that the
@@ -89,7 +89,7 @@ class CellDirectory:
         if self.live:
             return
         self._active = active
-        for cell in range(self.inside.size):
+        for cell in range(len(self.inside)):
             self.loop.schedule(self._next(0), PRIO_CLUSTER, self._take, cell)
 
     def _next(self, now: int) -> int:
@@ -100,7 +100,7 @@ class CellDirectory:
 
     def _take(self, now: int, cell: int) -> None:
         self.summaries += 1
-        count = int(self.inside[cell])
+        count = self.inside[cell]
         if self.delay_us:
             self.loop.schedule(now + self.delay_us, PRIO_CLUSTER, self._arrive, (cell, count))
         else:

@@ -17,6 +17,7 @@ The path of a request (docs/reading_guide.md):
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from array import array
@@ -159,7 +160,9 @@ class Fleet(Intake):
 
     # ------------------------------------------------------------------ end of run
     def finish(self, horizon_us: int | None) -> None:
-        """Every cell's end of run, then the requests still on the wire are unfinished."""
+        """Every cell's end of run, then the requests still on the wire are unfinished. What the build froze
+        goes back to the garbage collector's oldest generation (distsim.cells.build)."""
+        gc.unfreeze()
         for cell in self.cells:
             cell.finish(horizon_us)
         for rid in sorted(self._wire):

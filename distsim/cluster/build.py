@@ -18,7 +18,6 @@ from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.config.settings import (
-    CellSettings,
     FrontendSettings,
     PolicyChoice,
     PolicySettings,
@@ -127,17 +126,10 @@ def build_routes(
 def build_cluster(
     pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
     loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
-    frontend: FrontendSettings | None = None, cells: CellSettings | None = None,
+    frontend: FrontendSettings | None = None,
 ) -> Cluster:
-    """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says; with more than one
-    cell, the cell layer over them (a :class:`distsim.cells.fleet.Fleet`, which a caller uses alike)."""
-    if cells is not None and cells.enabled:
-        from distsim.cells.build import build_fleet
-
-        return build_fleet(
-            pools, policy, signals, transfer, loop, recorder, seed=seed, fast_forward=fast_forward, slo=slo,
-            frontend=frontend, cells=cells,
-        )
+    """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (with cells:
+    distsim.cells.build.build_world)."""
     instances, pool_of = build_instances(pools, loop, fast_forward)
     return assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
 
