@@ -67,3 +67,10 @@ def test_a_table_checks_its_columns():
     frame = t.to_pandas()
     assert list(frame.dtypes.astype(str)) == ["int64", "string", "category"]
     assert frame["k"].tolist() == ["yes", "no"] and frame["s"].isna().tolist() == [False, True]
+
+
+def test_the_pandas_version_is_read_without_importing_pandas():
+    from importlib import metadata
+
+    assert columns._dist_info_version("pandas") == metadata.version("pandas")
+    assert columns._pandas_version()[0] == pd.__version__

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -102,39 +104,94 @@ def _codes_dtype(n: int) -> type:
 
 
 def _pandas_version() -> tuple[str, int] | None:
-    """The installed pandas' version and major number, read from its metadata (without importing it)."""
-    from importlib import metadata
+    """The installed pandas' version and major number, without importing pandas: from the module if
+    it is loaded, else from the name of its ``.dist-info`` directory (``importlib.metadata`` costs more
+    to import than the file takes to write), else from importlib.metadata."""
+    version = getattr(sys.modules.get("pandas"), "__version__", None)
+    if version is None:
+        version = _dist_info_version("pandas")
+    if version is None:
+        from importlib import metadata
 
-    try:
-        version = metadata.version("pandas")
-    except metadata.PackageNotFoundError:
-        return None
+        try:
+            version = metadata.version("pandas")
+        except metadata.PackageNotFoundError:
+            return None
     head = version.split(".")[0]
     return version, int(head) if head.isdigit() else 0
+
+
+def _dist_info_version(name: str) -> str | None:
+    """The version in the ``NAME-VERSION.dist-info`` directory beside an installed package, if one."""
+    from importlib.util import find_spec
+
+    spec = find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    site = Path(next(iter(spec.submodule_search_locations))).parent
+    found = sorted(site.glob(f"{name}-*.dist-info"))
+    return found[0].name[len(name) + 1 : -len(".dist-info")] if len(found) == 1 else None
 
 
 def _arrow_column(table: Table, name: str) -> tuple[Any, dict[str, Any]]:
     """The Arrow array of one column and its entry in the ``pandas`` metadata, as pyarrow's
     ``Table.from_pandas`` makes them for pandas 3's dtypes."""
-    import pyarrow as pa
-
     values, kind = table[name], table.kind(name)
     meta: dict[str, Any] = {"name": name, "field_name": name}
-    if kind == "int64":
-        arr, logical, numpy_type = pa.array(values, type=pa.int64()), "int64", "int64"
-    elif kind == "float64":
-        arr, logical, numpy_type = pa.array(values, type=pa.float64(), from_pandas=True), "float64", "float64"
-    elif kind == "bool":
-        arr, logical, numpy_type = pa.array(values, type=pa.bool_()), "bool", "bool"
+    if kind in ("int64", "float64", "bool"):
+        arr, logical, numpy_type = _numeric(values), kind, kind
     elif kind in ("string", "str"):
-        arr, logical, numpy_type = pa.array(values, type=pa.large_string(), from_pandas=True), "object", kind
+        arr, logical, numpy_type = _large_strings(values), "object", kind
     else:  # category
-        cats = table.categories(name)
-        arr = pa.DictionaryArray.from_arrays(pa.array(values), pa.array(list(cats), type=pa.large_string()))
+        import pyarrow as pa
+
+        cats = np.empty(len(table.categories(name)), dtype=object)
+        cats[:] = table.categories(name)
+        arr = pa.DictionaryArray.from_arrays(_numeric(values), _large_strings(cats))
         logical, numpy_type = "categorical", str(values.dtype)
     meta.update(pandas_type=logical, numpy_type=numpy_type)
     meta["metadata"] = {"num_categories": len(table.categories(name)), "ordered": False} if kind == "category" else None
     return arr, meta
+
+
+# The arrays are assembled from their buffers: ``pyarrow.array`` imports pandas to ask whether its input
+# is a pandas object.
+
+
+def _bits(flags: np.ndarray) -> Any:
+    """Arrow's bit-packed booleans (least significant bit first)."""
+    import pyarrow as pa
+
+    return pa.py_buffer(np.packbits(flags, bitorder="little"))
+
+
+def _validity(valid: np.ndarray) -> tuple[Any, int]:
+    """The validity bitmap (None when nothing is null, as pyarrow leaves it) and the null count."""
+    nulls = int(valid.size - np.count_nonzero(valid))
+    return (_bits(valid) if nulls else None), nulls
+
+
+def _numeric(values: np.ndarray) -> Any:
+    """An int, float (NaN as null, as pandas' conversion makes it) or bool column."""
+    import pyarrow as pa
+
+    arrow_type = pa.from_numpy_dtype(values.dtype)
+    validity, nulls = _validity(~np.isnan(values)) if values.dtype.kind == "f" else (None, 0)
+    data = _bits(values) if values.dtype == np.bool_ else pa.py_buffer(np.ascontiguousarray(values))
+    return pa.Array.from_buffers(arrow_type, len(values), [validity, data], null_count=nulls)
+
+
+def _large_strings(values: np.ndarray) -> Any:
+    """A large_string column from Python strings (None as null)."""
+    import pyarrow as pa
+
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    encoded = [v.encode("utf-8") if v is not None else b"" for v in values]
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    validity, nulls = _validity(valid)
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    return pa.Array.from_buffers(pa.large_string(), len(values), buffers, null_count=nulls)
 
 
 def to_arrow(table: Table, pandas_version: str) -> Any:
