@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from distsim import outputs
-from distsim.config.compose import CONF_DIR
+from distsim.config.compose import CONF_DIR, skip_hydra_mode_compose
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError, print_warnings_as_lines
 from distsim.run_dir import exit_if_unwritable
@@ -47,4 +47,5 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     exit_if_unwritable("distsim", CONF_DIR / "config.yaml")  # before Hydra creates it, with a traceback
+    skip_hydra_mode_compose()  # Hydra's extra compose that only reads hydra.mode (null for this tree)
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,3 +34,44 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config") -> D
             return compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise OverrideError(f"config error: {str(err).splitlines()[0]}") from None
+
+
+# Overrides that could set hydra.mode (or bring in configs that do); any of them keeps Hydra's own lookup.
+_MODE_KEYS = ("hydra.mode", "hydra.searchpath", "hydra/")
+
+
+def mode_is_unset(argv: Sequence[str]) -> bool:
+    """Will ``hydra.mode`` be null for this command line? distsim's config tree never sets it
+    (tests/test_startup.py checks every file), so only an override or another config tree can."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args, _ = get_args_parser().parse_known_args(list(argv))
+    except SystemExit:  # a malformed command line: Hydra reports it
+        return False
+    if args.config_name or args.config_path or args.config_dir:
+        return False
+    return not any(text.lstrip("+~").startswith(_MODE_KEYS) for text in args.overrides)
+
+
+def skip_hydra_mode_compose(argv: Sequence[str] | None = None) -> bool:
+    """Spare ``python -m distsim`` Hydra's first compose of the whole config, when it is known to give null.
+
+    Why: before a run or a multirun, Hydra 1.3 composes the whole config once only to read ``hydra.mode``
+    (``Hydra.get_mode``), then composes it again for the run itself: about 0.15 CPU-s, a tenth of a short
+    run's process. Its answer for distsim's tree is null unless the command line sets the mode or brings
+    other configs in (:func:`mode_is_unset`), and Hydra goes on exactly as with null (it picks the mode from
+    ``-m``). Only then is ``get_mode`` replaced, in this process, by one that returns null at once.
+    Returns whether it was replaced.
+    """
+    from hydra._internal.hydra import Hydra
+
+    if not hasattr(Hydra, "get_mode") or not mode_is_unset(sys.argv[1:] if argv is None else argv):
+        return False
+    Hydra.get_mode = _mode_unset  # type: ignore[method-assign]
+    return True
+
+
+def _mode_unset(self, config_name: str | None, overrides: list[str]) -> None:
+    """Hydra.get_mode's answer for distsim's config tree when the command line leaves the mode alone."""
+    return None
