@@ -19,6 +19,7 @@ from distsim.engine.rng import stream
 from distsim.errors import ConfigError, ConfigWarning, SimulationError
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
+from distsim.runner.rows import flatten
 from distsim.simulate import summary_json
 
 PARAMS = engine(max_num_seqs=4, max_num_batched_tokens=512, block_size=16, total_kv_blocks=4000)
@@ -220,6 +221,9 @@ def test_same_seed_gives_identical_outputs_and_per_cell_figures_add_up():
     assert inst["cell"].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
     assert (req["cell"] == inst.set_index("instance").loc[req["instance"], "cell"].to_numpy()).all()
     assert a.summary["cells"]["count"] == 4 and len(a.summary["cells"]["per_cell"]) == 4
+    row = flatten(a.summary)  # a sweep's results.parquet: the per-cell rows as one JSON column
+    assert row["cells.spilled"] == cells["spilled_out"].sum()
+    assert json.loads(row["cells.per_cell"]) == a.summary["cells"]["per_cell"]
 
 
 def test_decisions_name_global_instances():
