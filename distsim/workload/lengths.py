@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from distsim import inputs
 from distsim.errors import ConfigError, InputFileError
@@ -156,6 +155,8 @@ def _empirical(cfg, key, integer, lo, hi):
         raise ConfigError(
             f"{key}.column", f"no column {excerpt(column)} in {path} (columns: {', '.join(columns)})"
         )
+    import pandas as pd  # here, not at the top: a run without an empirical CSV never imports pandas
+
     raw = inputs.read_csv_frame(path, usecols=[column])[column]
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
