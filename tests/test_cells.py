@@ -271,3 +271,23 @@ def test_the_cli_runs_cells_and_writes_cells_parquet(tmp_path):
     assert summary["cells"]["per_cell"][0]["rtt_ms"] == cells["rtt_ms"][0]
     bad = run_module("distsim", "cluster.instances=4", "cluster.cells.count=3", f"hydra.run.dir={tmp_path}/bad")
     assert_user_error(bad, 2, "cluster.cells.count", "'default'")
+
+
+# ---------------------------------------------------------------------------------------- scale
+def test_inter_token_gaps_tallied_in_chunks_give_the_distribution_of_the_raw_samples(monkeypatch):
+    """A 131,072-instance run has over 100 million gaps: itl_samples tallies them a chunk at a time
+    (distinct gap, summed weight) instead of concatenating and sorting them all; same figures."""
+    from distsim.metrics import tables
+    from distsim.metrics.summary import weighted_distribution
+
+    rng = np.random.default_rng(5)
+    chunks = [(rng.integers(1, 400, size=n), rng.integers(1, 9, size=n)) for n in rng.integers(0, 300, size=40)]
+    monkeypatch.setattr(tables, "ITL_CHUNK", 500)  # many merges
+    tally = tables.Tally()
+    for values, weights in chunks:
+        tally.add(values, weights)
+    values, weights = tally.result()
+    raw_v = np.concatenate([v for v, _ in chunks]).astype(np.float64)
+    raw_w = np.concatenate([w for _, w in chunks]).astype(np.float64)
+    assert values.tolist() == sorted(set(raw_v.tolist())) and weights.sum() == raw_w.sum()
+    assert weighted_distribution(values / 1000.0, weights) == weighted_distribution(raw_v / 1000.0, raw_w)

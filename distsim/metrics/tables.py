@@ -94,20 +94,53 @@ def cpu_tier_columns(instances: list) -> dict[str, list]:
     }
 
 
+ITL_CHUNK = 1 << 22  # inter-token gaps gathered before they are tallied
+
+
 def itl_samples(cluster: Any) -> tuple[np.ndarray, np.ndarray]:
-    """All inter-token gaps as (values in microseconds, weights)."""
-    values: list[np.ndarray] = []
-    weights: list[np.ndarray] = []
+    """All inter-token gaps as (values in microseconds, weights): each distinct gap once, sorted, with the
+    summed weight of its samples, which gives the weighted distribution of the samples themselves. They are
+    tallied a few million at a time, so memory stays small however many there are (a run of 131,072
+    instances has over 100 million)."""
+    tally = Tally()
     for inst in cluster.instances:
         s = inst.stats
-        values.append(np.asarray(s.itl_step_durations, dtype=np.int64))
-        weights.append(np.asarray(s.itl_step_weights, dtype=np.int64))
+        tally.add(np.asarray(s.itl_step_durations, dtype=np.int64), np.asarray(s.itl_step_weights, dtype=np.int64))
         if s.itl_run_counts:
-            values.append(np.frombuffer(s.itl_run_durations, dtype=np.int64))
-            weights.append(np.repeat(np.asarray(s.itl_run_weights, dtype=np.int64), s.itl_run_counts))
+            tally.add(
+                np.frombuffer(s.itl_run_durations, dtype=np.int64),
+                np.repeat(np.asarray(s.itl_run_weights, dtype=np.int64), s.itl_run_counts),
+            )
         if s.itl_single:
-            values.append(np.asarray(s.itl_single, dtype=np.int64))
-            weights.append(np.ones(len(s.itl_single), dtype=np.int64))
-    if not values:
-        return np.zeros(0), np.zeros(0)
-    return np.concatenate(values).astype(np.float64), np.concatenate(weights).astype(np.float64)
+            tally.add(np.asarray(s.itl_single, dtype=np.int64), np.ones(len(s.itl_single), dtype=np.int64))
+    return tally.result()
+
+
+class Tally:
+    """Summed integer weights per distinct integer value, merged a chunk at a time."""
+
+    def __init__(self) -> None:
+        self.values = np.zeros(0, dtype=np.int64)
+        self.weights = np.zeros(0, dtype=np.int64)
+        self._chunk: list[tuple[np.ndarray, np.ndarray]] = []
+        self._held = 0
+
+    def add(self, values: np.ndarray, weights: np.ndarray) -> None:
+        if values.size:
+            self._chunk.append((values, weights))
+            self._held += values.size
+            if self._held >= ITL_CHUNK:
+                self._merge()
+
+    def _merge(self) -> None:
+        values = np.concatenate([self.values, *(v for v, _ in self._chunk)])
+        weights = np.concatenate([self.weights, *(w for _, w in self._chunk)])
+        self.values, where = np.unique(values, return_inverse=True)
+        self.weights = np.bincount(where, weights=weights, minlength=self.values.size).astype(np.int64)
+        self._chunk, self._held = [], 0
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct values, their summed weights), both float64."""
+        if self._chunk:
+            self._merge()
+        return self.values.astype(np.float64), self.weights.astype(np.float64)
