@@ -58,8 +58,10 @@ def rss_gb() -> tuple[float, float]:
 def instrument(clock: dict, t0: tuple[float, float]) -> None:
     """Time the fleet's build and note where the simulation ends and the tables begin (wrapping
     distsim.cells.build.build_fleet and distsim.simulate.measure, both looked up at call time)."""
-    import distsim.cells.build as cells_build
-    import distsim.simulate as simulate_module
+    import importlib
+
+    cells_build = importlib.import_module("distsim.cells.build")
+    simulate_module = importlib.import_module("distsim.simulate")  # the package's ``simulate`` is the function
 
     build_fleet, measure = cells_build.build_fleet, simulate_module.measure
 
