@@ -60,28 +60,35 @@ class PrefixIndex:
 
     def match(self, hashes: Sequence[Hashable] | None) -> np.ndarray:
         """Blocks of ``hashes`` each instance holds as a prefix (int64 array, one per instance)."""
-        lengths = np.zeros(self.n, dtype=np.int64)
         if hashes and self.stride > 1:
             hashes = hashes[self.stride - 1 :: self.stride]
         if not hashes:
-            return lengths
+            return np.zeros(self.n, dtype=np.int64)
+        # walk the keys while the set of instances holding the whole prefix shrinks: (mask, keys held) runs
         owners = self.owners
+        masks: list[int] = []
+        runs: list[int] = []
         mask = owners.get(hashes[0], 0)
         run = 0
         for h in hashes:
             nxt = mask & owners.get(h, 0)
             if nxt != mask:
                 if run:
-                    lengths += run * self._bits(mask)
+                    masks.append(mask)
+                    runs.append(run)
                 run = 0
                 mask = nxt
                 if not mask:
                     break
             run += 1
         if mask and run:
-            lengths += run * self._bits(mask)
+            masks.append(mask)
+            runs.append(run)
+        if not masks:
+            return np.zeros(self.n, dtype=np.int64)
+        # one unpack for every run's mask: a (runs x instances) 0/1 matrix, weighted by the run lengths
+        nbytes = self._nbytes
+        raw = np.frombuffer(b"".join(m.to_bytes(nbytes, "little") for m in masks), dtype=np.uint8)
+        bits = np.unpackbits(raw.reshape(len(masks), nbytes), axis=1, bitorder="little")[:, : self.n]
+        lengths = np.asarray(runs, dtype=np.int64) @ bits
         return lengths * self.stride if self.stride > 1 else lengths
-
-    def _bits(self, mask: int) -> np.ndarray:
-        raw = np.frombuffer(mask.to_bytes(self._nbytes, "little"), dtype=np.uint8)
-        return np.unpackbits(raw, bitorder="little")[: self.n].astype(np.int64)
