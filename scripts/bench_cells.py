@@ -24,7 +24,6 @@ import argparse
 import datetime
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -125,9 +124,12 @@ def main() -> None:
     ap.add_argument("--note", default="", help="e.g. whether other work shared the machine")
     args = ap.parse_args()
     figures = bench(args)
-    command = "python scripts/bench_cells.py " + " ".join(sys.argv[1:])
+    command = (
+        f"python scripts/bench_cells.py --cells {args.cells} --per-cell {args.per_cell} --requests {args.requests} "
+        f"--rate-per-instance {args.rate_per_instance:g} --policy {args.policy}"
+    )
     lines = [
-        f"{datetime.date.today()}  {platform.machine()}  python {platform.python_version()}  {command.strip()}"
+        f"{datetime.date.today()}  {platform.machine()}  python {platform.python_version()}  {command}"
         + (f"  ({args.note})" if args.note else ""),
         "  " + "  ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in figures.items()),
     ]
