@@ -61,7 +61,6 @@ class Request:
         arrival_us: int,
         prompt_tokens: int,
         output_tokens: int,
-        *,
         tenant: int = 0,
         slo_class: str = "default",
         session_id: int = -1,
@@ -103,3 +102,30 @@ class Request:
             f"Request(id={self.request_id}, t={self.arrival_us}us, in={self.prompt_tokens}, "
             f"out={self.output_tokens}, status={self.status.name})"
         )
+
+
+
+_new = object.__new__
+_init = Request.__init__
+
+
+def new_request(
+    request_id: int,
+    arrival_us: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    tenant: int,
+    slo_class: str,
+    session_id: int,
+    block_hashes: tuple | None,
+    ttft_slo_ms: float | None,
+    tpot_slo_ms: float | None,
+    priority: int,
+) -> Request:
+    """``Request(...)`` with every workload field given, in order: the same object at about half the cost
+    (a class call passes its arguments through a tuple and a dict; this calls ``__init__`` directly).
+    Workload generators call it once per request."""
+    req = _new(Request)
+    _init(req, request_id, arrival_us, prompt_tokens, output_tokens, tenant, slo_class, session_id, block_hashes,
+          ttft_slo_ms, tpot_slo_ms, priority)  # fmt: skip
+    return req

@@ -109,3 +109,16 @@ def test_trace_replay_streams_memory_flat():
     tracemalloc.stop()
     assert n == 300
     assert peak < 5_000_000  # the 72 KB slice is never held whole with its requests
+
+
+def test_new_request_sets_every_field_as_the_constructor_does():
+    """Generators build requests with new_request (no keyword handling); it must give Request(...)'s object."""
+    from distsim.request import Request, new_request
+
+    fields = (7, 1234, 50, 9, 2, "gold", 3, (1, 2), 200.0, 20.0, 1)
+    made = new_request(*fields)
+    want = Request(*fields[:4], tenant=2, slo_class="gold", session_id=3, block_hashes=(1, 2), ttft_slo_ms=200.0,
+                   tpot_slo_ms=20.0, priority=1)  # fmt: skip
+    for name in Request.__slots__:
+        assert getattr(made, name) == getattr(want, name), name
+    assert type(made) is Request and type(made.status) is type(want.status)

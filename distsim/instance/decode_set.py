@@ -14,7 +14,7 @@ the count per ``r % block_size`` (the blocks step ``s`` needs are one lookup) an
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,7 +54,7 @@ class DecodeSet:
         self.ctx_base += r
         self.phase_counts[r % self.bs] += 1
         seq.decode_epoch = epoch = seq.decode_epoch + 1
-        heapq.heappush(self.finish_heap, (req.output_tokens - 1 - offset, req.request_id, epoch, req))
+        heappush(self.finish_heap, (req.output_tokens - 1 - offset, req.request_id, epoch, req))
 
     def leave(self, req: Request) -> None:
         """``req`` stops decoding (finished or preempted); its heap entry goes stale."""
@@ -70,7 +70,7 @@ class DecodeSet:
         heap = self.finish_heap
         done = []
         while heap and heap[0][0] <= last:
-            _, _, epoch, req = heapq.heappop(heap)
+            _, _, epoch, req = heappop(heap)
             if req.seq.decode_epoch != epoch:
                 continue  # left (preempted) since it was pushed
             self.leave(req)
@@ -85,25 +85,33 @@ class DecodeSet:
     def block_need(self, c0: int, k: int) -> int:
         """Blocks the decoders need over steps c0 .. c0+k-1 (one per decoder per block boundary)."""
         bs = self.bs
-        counts = self.phase_counts
         full, rem = divmod(k, bs)
         need = full * self.count
-        for j in range(rem):
-            need += counts[(1 - c0 - j) % bs]
+        if rem:
+            # step c0 + j needs counts[(1 - c0 - j) % bs]: rem phases counting down from (1 - c0) % bs
+            counts = self.phase_counts
+            top = (1 - c0) % bs
+            low = top - rem + 1
+            if low >= 0:
+                need += sum(counts[low : top + 1])
+            else:
+                need += sum(counts[: top + 1]) + sum(counts[bs + low :])
         return need
 
     def run_length(self, c: int, available: int) -> int:
         """How many decode-only steps can run from step ``c`` before anyone finishes or the ``available``
         blocks run out: up to and including the earliest finish, as far as the blocks reach."""
         heap = self.finish_heap
-        while heap[0][3].seq.decode_epoch != heap[0][2]:
-            heapq.heappop(heap)
-        run = heap[0][0] - c + 1
+        top = heap[0]
+        while top[3].seq.decode_epoch != top[2]:
+            heappop(heap)
+            top = heap[0]
+        run = top[0] - c + 1
         if run <= 1:
             return run
         bs = self.bs
         # cheap bound first: each decoder needs at most ceil(run / bs) blocks over the run
-        if self.count * ceil_div(run, bs) <= available:
+        if self.count * -(-run // bs) <= available:
             return run
         steps = np.arange(c, c + run, dtype=np.int64)
         need = np.asarray(self.phase_counts, dtype=np.int64)[(1 - steps) % bs]

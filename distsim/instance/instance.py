@@ -11,8 +11,8 @@ first token comes out of the step that finishes its prefill; each later token ta
 Speed: per-step work does not grow with the batch. Decoding requests are never touched one by one:
 they are aggregates in a :class:`~distsim.instance.decode_set.DecodeSet`. Between a join and a finish,
 the free blocks permitting, a run of decode-only steps is planned in one go (a
-:class:`~distsim.instance.plan.StepPlan`): durations from the latency model's vectorised form, block
-needs by phase, one event at the end. An arrival that could join cuts the run at the next step
+:class:`~distsim.instance.plan.StepPlan`): the steps' end times from the latency model in one call,
+block needs by phase, one event at the end. An arrival that could join cuts the run at the next step
 boundary. Fast-forwarding gives exactly the results of stepping one by one (tests compare both).
 
 The instance's bookkeeping for each request it serves is a :class:`~distsim.instance.sequence.SeqState`
@@ -30,7 +30,7 @@ from distsim.errors import SimulationError
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.decode_set import DecodeSet, ceil_div
 from distsim.instance.kv_cache import KVCache
-from distsim.instance.latency.base import LatencyModel, StepShape
+from distsim.instance.latency.base import LatencyModel
 from distsim.instance.phase import Phase
 from distsim.instance.plan import StepPlan
 from distsim.instance.queues import QUEUES
@@ -40,6 +40,7 @@ from distsim.request import Request, Status
 
 # module globals for the hot path: reading Phase.X goes through the enum's metaclass (~0.2 us a time)
 WAITING, PREFILL, DECODE, DONE, HANDED_OFF = Phase
+COMPLETED = Status.COMPLETED
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class Instance:
         self.version = 0  # the live event's tag: an event of a plan cut short finds it changed
         self.plan = StepPlan()
         self.decoders = DecodeSet(params.block_size)
+        self._event = self._on_event  # bound once: every step schedules it
         self._set_handoff()
 
     def _set_engine(self, params: EngineParams) -> None:
@@ -106,6 +108,7 @@ class Instance:
         self.caching = params.enable_prefix_caching
         self.chunked = params.enable_chunked_prefill
         self.reserve_full = params.scheduler_reserve_full_isl
+        self.max_model_len = params.max_model_len
         self.kv = KVCache(params.total_kv_blocks)
         self.waiting = QUEUES[params.scheduler]()
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
@@ -135,7 +138,7 @@ class Instance:
         board.waiting[i] = len(self.waiting) + len(self.landed) + len(self.loading)
         board.running[i] = len(self.running)
         board.kv_used[i] = self.kv.used()
-        if board is not self.board and self.plan.durations_us is not None:
+        if board is not self.board and self.plan.ends_us is not None:
             board.kv_used[i] += self.run_blocks_by(self.loop.now)  # a pull: what the run has taken by now
         board.queued_tokens[i] = self.waiting_tokens
         board.cached_tokens[i] = self.stats.cached_tokens
@@ -155,7 +158,7 @@ class Instance:
         """A request arrives at this instance's waiting queue."""
         req.instance = self.index
         req.seq = SeqState()
-        limit = self.params.max_model_len
+        limit = self.max_model_len
         if limit is not None and req.prompt_tokens + req.output_tokens > limit:
             # vLLM's front end refuses a request whose prompt plus max_tokens exceeds max_model_len
             self.stats.too_long += 1
@@ -174,32 +177,34 @@ class Instance:
     def can_ever_fit(self, req: Request) -> bool:
         """Whether the request, alone on this instance, could ever run to the end."""
         tokens = req.prompt_tokens if self.role == "prefill" else req.prompt_tokens + req.output_tokens - 1
-        if ceil_div(tokens, self.bs) > self.params.total_kv_blocks:
+        if tokens > self.params.total_kv_blocks * self.bs:  # more blocks than the cache holds
             return False
         return self.chunked or req.prompt_tokens <= self.max_tokens
 
     def _enqueue(self, req: Request, now: int) -> None:
-        self.waiting.append(req)
+        waiting = self.waiting
+        waiting.append(req)
         self.waiting_tokens += req.prompt_tokens + req.generated
-        self._publish_queue()
+        if self.board is not None:
+            self._publish_queue()
         if not self.busy:
             self._wake(now)
-        elif self.plan.durations_us is not None and self.waiting.peek() is req:
+        elif self.plan.ends_us is not None and waiting.peek() is req:
             self._cut_run(now)
 
     def _cut_run(self, now: int) -> None:
         """Work that could join a fast-forwarded run arrived: end the run at the next step boundary."""
         plan = self.plan
-        if plan.durations_us is not None and len(self.running) < self.max_seqs and plan.cut(now):
-            self.version += 1
-            self.loop.schedule(plan.end_us, self.priority, self._on_event, self.version)
+        if plan.ends_us is not None and len(self.running) < self.max_seqs and plan.cut(now):
+            self.version = version = self.version + 1
+            self.loop.schedule(plan.end_us, self.priority, self._event, version)
 
     def _wake(self, now: int) -> None:
         """An idle instance plans a step at ``now`` (something arrived, or blocks came free)."""
         self.busy = True
         self.plan.steps = 0
-        self.version += 1
-        self.loop.schedule(now, self.priority, self._on_event, self.version)
+        self.version = version = self.version + 1
+        self.loop.schedule(now, self.priority, self._event, version)
 
     # ------------------------------------------------------------------ the step cycle
     def _on_event(self, now: int, version: int) -> None:
@@ -215,36 +220,40 @@ class Instance:
         """Everything that happens at the end of the planned step(s)."""
         stats = self.stats
         plan = self.plan
+        kv = self.kv
+        dec = self.decoders
         k = plan.steps
         b = plan.decoders
-        last = plan.start + k - 1
+        start = plan.start
+        last = start + k - 1
         self.step_index = last + 1
         stats.steps += k
         stats.busy_us += now - plan.begin_us
-        if plan.durations_us is not None:  # a fast-forwarded run
+        stats.decode_tokens += b * k
+        ends = plan.ends_us
+        if ends is not None:  # a fast-forwarded run
             if k > 1:  # its first step took its blocks when planned; the rest take theirs now
-                self.kv.allocate(self.decoders.block_need(plan.start + 1, k - 1))
+                kv.allocate(dec.block_need(start + 1, k - 1))
             if self.board is not None:
                 self.board.run_ended(self)
             if b:
-                durations = plan.durations_us
-                stats.itl_run_durations.extend(durations[:k] if k < len(durations) else durations)
-                stats.itl_run_counts.append(k)
-                stats.itl_run_weights.append(b)
-            plan.durations_us = plan.ends_us = None
+                if k < len(ends):
+                    del ends[k:]  # the plan's own list, dropped below
+                stats.add_run(plan.begin_us, ends, b)
+            plan.ends_us = None
         elif b:
             stats.itl_step_durations.append(plan.dur_us)
             stats.itl_step_weights.append(b)
-        stats.decode_tokens += b * k
-        used = self.kv.used()
+        used = kv.used()
         if used > stats.peak_used_blocks:
             stats.peak_used_blocks = used
         plan.steps = 0
-        if plan.chunks:
-            self._apply_prefill_chunks(now, plan.chunks)
+        chunks = plan.chunks
+        if chunks:
+            self._apply_prefill_chunks(now, chunks)
             plan.chunks = []
-        dec = self.decoders
-        if dec.finish_heap and dec.finish_heap[0][0] <= last:
+        heap = dec.finish_heap
+        if heap and heap[0][0] <= last:
             for req in dec.finished_by(last):
                 req.generated = req.output_tokens
                 self._finish(req, now, dec.private_blocks(req, last))
@@ -302,7 +311,7 @@ class Instance:
         seq.phase = DONE
         req.completion_us = now
         req.last_token_us = now
-        req.status = Status.COMPLETED
+        req.status = COMPLETED
         del self.running[req.request_id]
         self.stats.completed += 1
         self.on_done(req)
@@ -393,7 +402,7 @@ class Instance:
             self.kv.allocate(need_dec)
         b = dec.count
         plan = self.plan
-        plan.run(c, now, b, self.latency.decode_steps(b, dec.ctx_base + b * c, run))
+        plan.run(c, now, b, self.latency.decode_run_ends(b, dec.ctx_base + b * c, run, now))
         if self.cpu is not None and self.waiting:
             # a store landing mid-run can change what the waiting head loads: replan at that boundary (INV-8)
             landing = self.cpu.next_store_landing(now)
@@ -401,8 +410,8 @@ class Instance:
                 plan.cut(landing)
         if self.board is not None:
             self.board.run_started(self, now)
-        self.version += 1
-        self.loop.schedule(plan.end_us, self.priority, self._on_event, self.version)
+        self.version = version = self.version + 1
+        self.loop.schedule(plan.end_us, self.priority, self._event, version)
         return True
 
     def _plan_step(self, now: int, c: int, chunks: list[tuple[Request, int]], need_dec: int) -> None:
@@ -415,11 +424,12 @@ class Instance:
             pf_tokens += n
             pf_pairs += n * c0 + n * (n + 1) // 2
             pf_kv += c0 + n
-        b = self.decoders.count
-        dur = self.latency.step_us(StepShape(pf_tokens, pf_pairs, pf_kv, b, self.decoders.ctx_base + b * c, len(chunks)))
+        dec = self.decoders
+        b = dec.count
+        dur = self.latency.step_time(pf_tokens, pf_pairs, pf_kv, b, dec.ctx_base + b * c, len(chunks))
         self.plan.step(c, now, b, chunks, dur)
-        self.version += 1
-        self.loop.schedule(now + dur, self.priority, self._on_event, self.version)
+        self.version = version = self.version + 1
+        self.loop.schedule(now + dur, self.priority, self._event, version)
 
     def _schedule_running_with_preemption(self, now: int) -> tuple[list[tuple[Request, int]], int]:
         """vLLM's running loop when blocks run short: allocate in admission order, preempting the newest
@@ -506,10 +516,10 @@ class Instance:
                 if not self.chunked and req.generated == 0:
                     break  # without chunked prefill a prompt goes in whole (recomputes are chunked)
                 n = budget
-            nb = ceil_div(computed + n, bs) - hits
+            nb = -(-(computed + n) // bs) - hits  # ceil_div, inline on this path
             # vLLM's scheduler_reserve_full_isl: the blocks for the whole sequence so far must be free,
             # not only those of this step's chunk (else a long prompt is admitted and preempts others)
-            need = ceil_div(total, bs) - hits if self.reserve_full else nb
+            need = -(-total // bs) - hits if self.reserve_full else nb
             if need > kv.available() - from_evictable - need_dec:
                 break
             waiting.popleft()
@@ -685,13 +695,13 @@ class Instance:
         started = plan.steps_started_after_first(now)
         if started >= plan.steps - 1:
             return self.run_blocks_by(now), plan.end_us  # every step has started: fixed until applied
-        return self.run_blocks_by(now), plan.run_ends()[started]
+        return self.run_blocks_by(now), plan.ends_us[started]
 
     # ------------------------------------------------------------------ end of simulation
     def settle(self, horizon: int) -> None:
         """At the horizon: apply the steps of a fast-forwarded run that ended by then."""
         plan = self.plan
-        if plan.durations_us is not None and plan.steps and plan.keep_ended_by(horizon):
+        if plan.ends_us is not None and plan.steps and plan.keep_ended_by(horizon):
             self._apply_plan(plan.end_us)
 
     def in_flight(self) -> list[Request]:

@@ -1,15 +1,15 @@
 """The step, or run of decode-only steps, that an instance has in flight.
 
 One event marks the end of a plan. A single step may hold prefill chunks and decoders; a fast-forwarded
-run holds decoders only, with one duration per step. A run can be cut short at a step boundary (an
-arrival could join) or settled at the horizon, so its step end times are computed when first needed.
+run holds decoders only, with the end time of each of its steps (from the latency model, planned up to
+the run's earliest possible end). A run can be cut short at a step boundary (an arrival could join) or
+settled at the horizon: both are a bisection of those end times.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,8 +27,7 @@ class StepPlan:
     dur_us: int = 0  # a single step's duration
     decoders: int = 0  # decoding requests in every step of the plan
     chunks: list[tuple[Request, int]] = field(default_factory=list)  # a single step's (request, prefill tokens)
-    durations_us: list[int] | None = None  # a fast-forwarded run: each step's duration
-    ends_us: list[int] | None = None  # a run's step end times, computed on demand
+    ends_us: list[int] | None = None  # a fast-forwarded run: each planned step's end time (None: not a run)
 
     def step(self, start: int, begin_us: int, decoders: int, chunks: list[tuple[Request, int]], dur_us: int) -> None:
         """Plan one step."""
@@ -40,38 +39,36 @@ class StepPlan:
         self.steps = 1
         self.end_us = begin_us + dur_us
 
-    def run(self, start: int, begin_us: int, decoders: int, durations_us: list[int]) -> None:
-        """Plan a run of decode-only steps."""
+    def run(self, start: int, begin_us: int, decoders: int, ends_us: list[int]) -> None:
+        """Plan a run of decode-only steps ending at ``ends_us`` (not empty)."""
         self.start = start
         self.begin_us = begin_us
         self.decoders = decoders
         self.chunks = []
-        self.steps = len(durations_us)
-        self.durations_us = durations_us
-        self.ends_us = None
-        self.end_us = begin_us + sum(durations_us)
+        self.steps = len(ends_us)
+        self.ends_us = ends_us
+        self.end_us = ends_us[-1]
 
-    def run_ends(self) -> list[int]:
-        """End times of the run's steps."""
-        if self.ends_us is None:
-            ends = list(accumulate(self.durations_us, initial=self.begin_us))
-            del ends[0]
-            self.ends_us = ends
-        return self.ends_us
+    @property
+    def durations_us(self) -> list[int] | None:
+        """A run's step durations (None for a single step); for checks, not the hot path."""
+        ends = self.ends_us
+        if ends is None:
+            return None
+        return [end - begin for begin, end in zip([self.begin_us, *ends], ends)]
 
     def cut(self, now: int) -> bool:
         """End the run at the first step boundary at or after ``now``; False when that is its end anyway."""
-        ends = self.run_ends()
-        idx = bisect_left(ends, now)
+        idx = bisect_left(self.ends_us, now)
         if idx >= self.steps - 1:
             return False
         self.steps = idx + 1
-        self.end_us = ends[idx]
+        self.end_us = self.ends_us[idx]
         return True
 
     def keep_ended_by(self, horizon_us: int) -> bool:
         """Keep only the run's steps that end by ``horizon_us``; False when none does."""
-        ends = self.run_ends()
+        ends = self.ends_us
         k = bisect_right(ends, horizon_us)
         if k == 0:
             return False
@@ -82,6 +79,6 @@ class StepPlan:
     def steps_started_after_first(self, now: int) -> int:
         """How many of the run's steps after its first have started by ``now``. A step starts (and takes
         its blocks) when the one before it ends; a read at that very instant comes before it."""
-        if self.durations_us is None or self.steps <= 1:
+        if self.ends_us is None or self.steps <= 1:
             return 0
-        return min(bisect_left(self.run_ends(), now), self.steps - 1)
+        return min(bisect_left(self.ends_us, now), self.steps - 1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from array import array
 
+import numpy as np
+
 
 class InstanceStats:
     """Counts and inter-token-latency samples of one instance."""
@@ -24,7 +26,8 @@ class InstanceStats:
         "prompt_tokens",
         "itl_step_durations",
         "itl_step_weights",
-        "itl_run_durations",
+        "itl_run_ends",
+        "itl_run_begins",
         "itl_run_counts",
         "itl_run_weights",
         "itl_single",
@@ -45,10 +48,30 @@ class InstanceStats:
         self.cached_tokens = 0
         self.prompt_tokens = 0
         # Inter-token latency samples, kept weighted: a step of duration d in which b requests decode
-        # gives b gaps of d. Runs of steps keep their duration arrays; gaps after a preemption are single.
+        # gives b gaps of d. Runs of steps keep their steps' end times (the durations are derived once,
+        # at the end); gaps after a preemption are single.
         self.itl_step_durations: list[int] = []
         self.itl_step_weights: list[int] = []
-        self.itl_run_durations = array("q")  # the steps of all runs, back to back
+        self.itl_run_ends = array("q")  # the end time of every step of every run, back to back
+        self.itl_run_begins: list[int] = []  # when each run began
         self.itl_run_counts: list[int] = []  # steps per run
         self.itl_run_weights: list[int] = []  # decoding requests per run
         self.itl_single: list[int] = []
+
+    def add_run(self, begin_us: int, ends_us: list[int], decoders: int) -> None:
+        """A run of decode steps from ``begin_us``, its steps ending at ``ends_us``, ``decoders`` in each."""
+        self.itl_run_ends.fromlist(ends_us)
+        self.itl_run_begins.append(begin_us)
+        self.itl_run_counts.append(len(ends_us))
+        self.itl_run_weights.append(decoders)
+
+    @property
+    def itl_run_durations(self) -> np.ndarray:
+        """The duration of every step of every run, back to back (int64)."""
+        ends = np.frombuffer(self.itl_run_ends, dtype=np.int64) if self.itl_run_ends else np.zeros(0, np.int64)
+        durations = np.empty_like(ends)
+        durations[1:] = ends[1:] - ends[:-1]
+        counts = np.asarray(self.itl_run_counts, dtype=np.int64)
+        first = np.cumsum(counts) - counts  # each run's first step
+        durations[first] = ends[first] - np.asarray(self.itl_run_begins, dtype=np.int64)
+        return durations

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from distsim.request import Request
+from distsim.request import Request, new_request
 from distsim.workload import checks
 from distsim.workload.keys import UniqueKeys
 from distsim.workload.lengths import Buffered, Sampler
@@ -90,19 +90,7 @@ class Sessions:
                     break
                 n_keys = s.prompt // block_size
                 s.keys = s.keys + unique.take(n_keys - len(s.keys))
-                req = Request(
-                    rid,
-                    us,
-                    s.prompt,
-                    s.output,
-                    tenant=s.tenant,
-                    slo_class=s.slo_class,
-                    session_id=s.sid,
-                    block_hashes=s.keys,
-                    ttft_slo_ms=s.ttft,
-                    tpot_slo_ms=s.tpot,
-                    priority=s.prio,
-                )
+                req = new_request(rid, us, s.prompt, s.output, s.tenant, s.slo_class, s.sid, s.keys, s.ttft, s.tpot, s.prio)
             elif nxt is not None:
                 t, us, prompt, output, tenant, cls, ttft, tpot, prio, group, in_idx, out_idx = nxt
                 nxt = next(firsts, None)
@@ -118,19 +106,7 @@ class Sessions:
                     s.keys = unique.take(prompt // block_size)
                 else:
                     s.keys = None
-                req = Request(
-                    rid,
-                    us,
-                    prompt,
-                    output,
-                    tenant=tenant,
-                    slo_class=cls,
-                    session_id=s.sid,
-                    block_hashes=s.keys,
-                    ttft_slo_ms=ttft,
-                    tpot_slo_ms=tpot,
-                    priority=prio,
-                )
+                req = new_request(rid, us, prompt, output, tenant, cls, s.sid, s.keys, ttft, tpot, prio)
             else:
                 break
             yield req

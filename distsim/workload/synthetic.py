@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from distsim.engine.rng import stream
-from distsim.request import Request
+from distsim.request import Request, new_request
 from distsim.workload.arrivals import build_arrivals
 from distsim.workload.keys import UniqueKeys
 from distsim.workload.kinds import KINDS
@@ -109,18 +109,7 @@ class SyntheticSource(WorkloadSource):
                     g = groups[i]
                     gk = prefixes.keys[g]
                     bh = gk + unique.take(p // bs - len(gk))
-                yield Request(
-                    rid,
-                    a,
-                    p,
-                    o,
-                    tenant=t,
-                    slo_class=c,
-                    ttft_slo_ms=ttft,
-                    tpot_slo_ms=tpot,
-                    priority=prio,
-                    block_hashes=bh,
-                )
+                yield new_request(rid, a, p, o, t, c, -1, bh, ttft, tpot, prio)
                 rid += 1
         self.stats["requests"] = rid
 

@@ -2,9 +2,10 @@
 
 A latency model turns the shape of one engine step into its duration in integer microseconds.
 The instance calls :meth:`LatencyModel.step_us` for steps that hold prefill work and
-:meth:`LatencyModel.decode_steps_us` for a stretch of decode-only steps that it fast-forwards.
-Both must agree exactly: ``decode_steps_us(b, ctx0, n)[j] == step_us(StepShape(0, 0, 0, b, ctx0 + j*b))``
-(a test checks every registered model). Rounding is ``floor(x + 0.5)`` in both.
+:meth:`LatencyModel.decode_run_ends` for a stretch of decode-only steps that it fast-forwards (the
+steps' end times, from :meth:`LatencyModel.decode_steps_us`'s durations). They must agree exactly:
+``decode_steps_us(b, ctx0, n)[j] == step_us(StepShape(0, 0, 0, b, ctx0 + j*b))`` (a test checks every
+registered model). Rounding is ``floor(x + 0.5)`` in both.
 """
 
 from __future__ import annotations
@@ -51,15 +52,33 @@ class LatencyModel:
     def step_us(self, shape: StepShape) -> int:
         raise NotImplementedError
 
+    def step_time(
+        self, prefill_tokens: int, prefill_attn_pairs: int, prefill_kv_tokens: int, decode_seqs: int, decode_ctx: int,
+        prefill_seqs: int,
+    ) -> int:
+        """``step_us`` of the step with these fields (what the instance calls: models may skip the tuple)."""
+        return self.step_us(
+            StepShape(prefill_tokens, prefill_attn_pairs, prefill_kv_tokens, decode_seqs, decode_ctx, prefill_seqs)
+        )
+
     def decode_steps_us(self, decode_seqs: int, decode_ctx0: int, count: int) -> np.ndarray:
         """Durations (int64 microseconds) of ``count`` decode-only steps of ``decode_seqs`` sequences,
         the j-th attending to ``decode_ctx0 + j * decode_seqs`` KV tokens."""
         raise NotImplementedError
 
     def decode_steps(self, decode_seqs: int, decode_ctx0: int, count: int) -> list[int]:
-        """The same durations as a list: what the instance uses. Models may override it with a plain
-        loop, which beats numpy's per-call cost for the short runs that dominate (tens of steps)."""
+        """The same durations as a list."""
         return self.decode_steps_us(decode_seqs, decode_ctx0, count).tolist()
+
+    def decode_run_ends(self, decode_seqs: int, decode_ctx0: int, count: int, begin_us: int) -> list[int]:
+        """End times of those ``count`` steps run back to back from ``begin_us``: what the instance uses
+        (a run's end, where an arrival cuts it, which steps have started at an instant). Models may
+        override it with a plain loop, which beats numpy's per-call cost for the short runs that
+        dominate (tens of steps)."""
+        ends = self.decode_steps_us(decode_seqs, decode_ctx0, count)
+        np.cumsum(ends, out=ends)
+        ends += begin_us
+        return ends.tolist()
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,10 @@ class LinearLatency(LatencyModel):
         x = self.base_us + self.per_prefill_token_us * 0 + self.per_decode_token_us * decode_seqs
         return [math.floor(x + 0.5)] * count
 
+    def decode_run_ends(self, decode_seqs: int, decode_ctx0: int, count: int, begin_us: int) -> list[int]:
+        step = self.decode_steps(decode_seqs, decode_ctx0, 1)[0]
+        return [begin_us + step * j for j in range(1, count + 1)]
+
 
 @register_latency_model("linear")
 def _build(cfg: Any, ctx: LatencyContext) -> LinearLatency:

@@ -238,7 +238,9 @@ class RooflineLatency(LatencyModel):
         return cached
 
     def step_us(self, shape: StepShape) -> int:
-        p_tok, p_pairs, p_kv, d_seqs, d_ctx, p_seqs = shape
+        return self.step_time(*shape)
+
+    def step_time(self, p_tok: int, p_pairs: int, p_kv: int, d_seqs: int, d_ctx: int, p_seqs: int = 0) -> int:
         if p_tok:
             tokens = p_tok + d_seqs
             att_c, att_m = self._attention(p_tok, p_pairs, p_kv, d_seqs, d_ctx)
@@ -252,22 +254,34 @@ class RooflineLatency(LatencyModel):
             us = math.floor(((att_c if att_c > att_m else att_m) + lin) + tail)
         return us if us > 1 else 1
 
-    def decode_steps(self, decode_seqs: int, decode_ctx0: int, count: int) -> list[int]:
-        if count > 48:
-            return self.decode_steps_us(decode_seqs, decode_ctx0, count).tolist()
-        b = int(decode_seqs)
-        lin, att_c0, att_m0, tail = self._decode_batch(b)
+    def decode_run_ends(self, decode_seqs: int, decode_ctx0: int, count: int, begin_us: int) -> list[int]:
+        if count > 48:  # numpy's fixed cost pays from about 48 steps on
+            return super().decode_run_ends(decode_seqs, decode_ctx0, count, begin_us)
+        cached = self._decode_consts.get(decode_seqs)
+        lin, att_c0, att_m0, tail = cached if cached is not None else self._decode_batch(decode_seqs)
         c_pair = self._c_dpair
         m_kv = self._m_kv
         floor = math.floor
-        out = []
+        out: list[int] = []
+        t = begin_us
         ctx = float(decode_ctx0)
+        b = float(decode_seqs)  # exact, and float + float is the interpreter's fast path
+        if tail >= 1.5 and (decode_ctx0 + (count - 1) * decode_seqs) * c_pair + att_c0 < ctx * m_kv + att_m0:
+            # attention is bound by its KV reads at every step (both terms grow with the context and
+            # rounding keeps them monotone) and the overheads keep every step over 1 us: the same
+            # operations as below, without the comparisons
+            for _ in range(count):
+                t += floor(((ctx * m_kv + att_m0) + lin) + tail)
+                out.append(t)
+                ctx += b
+            return out
         for _ in range(count):
             # the same operations, in the same order, as decode_steps_us's array arithmetic
             att_c = ctx * c_pair + att_c0
             att_m = ctx * m_kv + att_m0
             us = floor(((att_c if att_c > att_m else att_m) + lin) + tail)
-            out.append(us if us > 1 else 1)
+            t += us if us > 1 else 1
+            out.append(t)
             ctx += b
         return out
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from distsim.engine.rng import stream
 from distsim.errors import ConfigError, InputFileError
-from distsim.request import Request
+from distsim.request import Request, new_request
 from distsim.workload import checks
 from distsim.workload.keys import UniqueKeys, trace_block_keys
 from distsim.workload.kinds import KINDS
@@ -218,18 +218,10 @@ class TraceSource(WorkloadSource):
                         sessions[row.session] = (p, bh)
                 else:
                     bh = None
-                yield Request(
-                    -1,
-                    self._arrival_us(row.time_ns),
-                    p,
-                    row.output_tokens,
-                    tenant=tenants[i],
-                    slo_class=tags.slo_class[i],
-                    session_id=-1 if row.session is None else row.session,
-                    block_hashes=bh,
-                    ttft_slo_ms=tags.ttft_ms[i],
-                    tpot_slo_ms=tags.tpot_ms[i],
-                    priority=tags.priority[i],
+                session = -1 if row.session is None else row.session
+                yield new_request(
+                    -1, self._arrival_us(row.time_ns), p, row.output_tokens, tenants[i], tags.slo_class[i], session, bh,
+                    tags.ttft_ms[i], tags.tpot_ms[i], tags.priority[i],
                 )
 
     def _jittered(self, drafts: Iterator[Request]) -> Iterator[Request]:
