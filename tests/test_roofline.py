@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from itertools import accumulate
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,13 @@ from omegaconf import OmegaConf
 from distsim.catalog import load_hardware, load_model
 from distsim.errors import ConfigError
 from distsim.instance.latency import roofline
-from distsim.instance.latency.base import LATENCY_MODELS, LatencyContext, StepShape, build_latency_model
+from distsim.instance.latency.base import (
+    LATENCY_MODELS,
+    LatencyContext,
+    LatencyModel,
+    StepShape,
+    build_latency_model,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ROOFLINE_CFG = {
@@ -202,7 +209,8 @@ def test_decode_steps_equal_step_by_step(index, seqs, ctx0, count):
 
 
 def test_list_and_array_decode_runs_agree_for_every_model():
-    """The instance uses decode_steps (a Python loop for short runs); it must equal the array form."""
+    """The instance plans runs with decode_run_ends (a Python loop for short runs); its end times must be
+    the array form's durations summed step by step."""
     from distsim.catalog import load_hardware, load_model
     from distsim.instance.latency.base import LatencyContext
     from distsim.instance.latency.linear import LinearLatency
@@ -218,6 +226,10 @@ def test_list_and_array_decode_runs_agree_for_every_model():
         roof("llama-3.1-8b", "H100", 1, step_overhead_us=0.0),
         roof("qwen3-30b-a3b", "H100", 1, gemm_half_tokens=30, sequence_overhead_us=3.3),
     ]
+    runs = [(1, 1, 1), (7, 3_000, 40), (200, 90_000, 48), (64, 10**6, 300), (3, 0, 10), (0, 500, 3), (7, 10, 49)]
     for m in models:
-        for b, ctx0, count in [(1, 1, 1), (7, 3_000, 40), (200, 90_000, 48), (64, 10**6, 300), (3, 0, 10)]:
-            assert m.decode_steps(b, ctx0, count) == m.decode_steps_us(b, ctx0, count).tolist()
+        for b, ctx0, count in runs:
+            steps = m.decode_steps_us(b, ctx0, count).tolist()
+            assert m.decode_steps(b, ctx0, count) == steps
+            assert m.decode_run_ends(b, ctx0, count, 1_000) == list(accumulate(steps, initial=1_000))[1:]
+            assert LatencyModel.decode_run_ends(m, b, ctx0, count, 1_000) == m.decode_run_ends(b, ctx0, count, 1_000)

@@ -274,7 +274,11 @@ class Instance:
             self._prefill_done(req, now)
         if any_done:
             # a request handed off may already hold its decode instance's state (WAITING): not PREFILL
-            self.prefilling = [r for r in self.prefilling if r.seq.phase == PREFILL]
+            prefilling = self.prefilling
+            if len(prefilling) == 1 and prefilling[0].seq.phase != PREFILL:
+                self.prefilling = []  # the common case: the one prompt in flight is done
+            else:
+                self.prefilling = [r for r in prefilling if r.seq.phase == PREFILL]
 
     def _cache_full_blocks(self, req: Request, seq: SeqState, now: int) -> None:
         """Newly full prompt blocks join the prefix cache, and are offered to the CPU tier if there is one."""
@@ -323,7 +327,14 @@ class Instance:
         need_dec = dec.phase_counts[(1 - c) % self.bs] if dec.count else 0  # blocks step c's decoders need
         if self.prefilling or need_dec > self.kv.available():
             chunks, budget, preempted = self._schedule_running(now, need_dec)
-        else:  # decoders only, and their blocks are there: the common case, without a call
+        elif not (self.waiting or self.landed or self.awaiting_blocks):
+            # decoders only, their blocks are there and nobody waits: the common case, in short
+            if not dec.count:
+                self._go_idle()
+            elif not self.fast_forward or not self._plan_run(now, c, need_dec):
+                self._plan_step(now, c, [], need_dec)
+            return
+        else:  # decoders only, and their blocks are there
             chunks, budget, preempted = [], self.max_tokens - dec.count, False
         if preempted:
             need_dec = 0  # allocated one by one
