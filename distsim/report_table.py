@@ -37,9 +37,19 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
         f"fitness       {_fmt(summary['fitness'], 4)}",
         f"simulated     {_fmt(summary['sim']['simulated_s'], 2)} s in {summary['sim']['events']:,} events (seed {summary['sim']['seed']})",
     ]
+    if "window" in summary:  # a measurement window: what the figures above count
+        lines.insert(-1, _window_line(summary["window"]))
     if out_dir:
         lines.append(f"outputs       {out_dir}")
     return "\n".join(lines)
+
+
+def _window_line(w: dict[str, Any]) -> str:
+    end = "end of run" if w["end_ms"] is None else f"{w['end_ms'] / 1000.0:,.2f} s"
+    return (
+        f"window        {w['measured']:,} requests arriving in [{w['start_ms'] / 1000.0:,.2f} s, {end}) counted"
+        f" ({w['excluded_before']:,} before, {w['excluded_after']:,} after); rates over {_fmt(w['span_s'], 2)} s"
+    )
 
 
 def _per_million(per_1k: float | None) -> float | None:

@@ -20,6 +20,7 @@ from distsim.metrics.columns import Table
 from distsim.metrics.fitness import compute_fitness
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.tables import measure
+from distsim.metrics.window import WindowProbe
 from distsim.progress import ProgressLine, ProgressSettings, expected_end_us, expected_requests
 from distsim.request import Request
 
@@ -109,11 +110,12 @@ def run(
         cells=scenario.cells,
     )
     cluster.feed(scenario.workload)
+    probe = WindowProbe(sim.window) if sim.window is not None else None  # a measurement window
     with _progress_line(progress, scenario, loop, recorder):
-        end_us = loop.run()
+        end_us = loop.run() if probe is None else probe.run(loop, cluster, sim.horizon_us)
     cluster.finish(sim.horizon_us)
     cluster.warn_refusals()
-    table, instances, summary = measure(cluster, recorder, loop, end_us, sim.seed)
+    table, instances, summary = measure(cluster, recorder, loop, end_us, sim.seed, probe)
     cells = None
     if getattr(cluster, "cells", None) is not None:  # a cell layer adds its columns to the DataFrames
         from distsim.metrics.cells import measure_cells

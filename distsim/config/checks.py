@@ -25,6 +25,7 @@ from distsim.config.settings import (
     SloDefaults,
     TransferSettings,
 )
+from distsim.config.window import measure_window
 from distsim.errors import ConfigError, warn_config
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)  # vLLM's --block-size choices
@@ -109,7 +110,8 @@ def sim(cfg: Any) -> SimSettings:
     if h is not None and not (h > 0 and math.isfinite(h)):
         raise ConfigError("sim.horizon_s", f"must be a finite number > 0, or null for no horizon (got {h!r})")
     horizon = None if h is None else int(round(h * 1e6))
-    return SimSettings(int(seed), horizon, bool(cfg.sim.fast_forward), bool(cfg.sim.write_requests))
+    window, horizon = measure_window(cfg.sim, horizon)  # a drain sets the horizon
+    return SimSettings(int(seed), horizon, bool(cfg.sim.fast_forward), bool(cfg.sim.write_requests), window)
 
 
 def slo_defaults(workload: Any) -> SloDefaults:

@@ -207,6 +207,11 @@ class SimConfig:
     """Simulation controls that do not change the modelled system."""
 
     horizon_s: float | None = None  # stop here; requests still in flight are 'unfinished'
+    # the measurement window (distsim.config.window), seconds from t=0: only requests arriving in
+    # [warmup_s, warmup_s + measure_s) count (measure_s null: to the end); drain_s stops the run that long after it
+    warmup_s: float = 0.0
+    measure_s: float | None = None
+    drain_s: float | None = None
     fast_forward: bool = True  # skip decode-only stretches in closed form (results are identical)
     write_requests: bool = True  # write requests.parquet
     # a progress line on stderr during a long single run (python -m distsim); null: when stderr is a terminal

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from distsim.config.window import MeasureWindow
+
 SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued_tokens")
 
 
@@ -101,6 +103,7 @@ class SimSettings:
     horizon_us: int | None = None
     fast_forward: bool = True
     write_requests: bool = True
+    window: MeasureWindow | None = None  # sim.warmup_s / measure_s; None: every request counts
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,21 @@ from distsim.metrics.recorder import Recorder
 from distsim.metrics.summary import rnd, summarize
 
 
-def measure(cluster: Any, recorder: Recorder, loop: Any, end_us: int, seed: int) -> tuple[Table, Table, dict]:
-    """The request table, the instance table and the summary (fitness not yet added)."""
+def measure(
+    cluster: Any, recorder: Recorder, loop: Any, end_us: int, seed: int, window: Any = None
+) -> tuple[Table, Table, dict]:
+    """The request table, the instance table and the summary (fitness not yet added). ``window``: a
+    measurement window's distsim.metrics.window.WindowProbe, which makes the summary its own way."""
     table = recorder.columns()
     instances = instance_table(cluster)
-    itl_values, itl_weights = itl_samples(cluster)
-    start_us = cluster.first_arrival_us or 0
-    summary = summarize(
-        table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us
-    )
+    if window is not None:
+        summary = window.summary(table, instances, cluster, seed=seed, events=loop.events, end_us=end_us)
+    else:
+        itl_values, itl_weights = itl_samples(cluster)
+        start_us = cluster.first_arrival_us or 0
+        summary = summarize(
+            table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us
+        )
     if cluster.disaggregated:
         summary["kv_transfer"] = {
             "transfers": cluster.transfers,

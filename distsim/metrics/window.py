@@ -1,0 +1,169 @@
+"""The measurement window applied to a run's figures (the window itself: distsim.config.window).
+
+The rules, one per kind of figure:
+
+- **Per-request figures** (counts by status, TTFT, TPOT, E2E, queueing, SLO attainment, goodput, the
+  prefix cache hit rate, tenant fairness, SLO classes, the tokens cost is divided by) count the measured
+  requests only: those arriving in the window. A measured request still in flight when the run stops
+  is unfinished and counts against attainment, as without a window.
+- **Rates** (throughput, goodput per second, tokens per second) divide by the *measured span*: from the
+  window's start (or the first arrival, if later) to its end (or the end of the run, if earlier). An open
+  window (measure_s null) runs to the end of the run, as a run without a window does. In steady state
+  the measured requests' completions per second of that span is the served rate; the requests that
+  arrive in the window and finish after it stand for those that arrived before it and finished inside.
+- **Fleet figures** (GPU utilisation, inter-token latency, cost): the work of the steps that *end*
+  inside the span, whichever request they served (ITL is a per-token figure kept per instance, with no
+  request identity: the token gaps of those steps). To read them the event loop pauses at the window's
+  edges (nothing runs there, so the run is the same) and each instance's counters are snapshotted: busy
+  time of the steps ended by then (the ended steps of a fast-forwarded run in flight included), and how
+  many single steps and recompute gaps it has recorded; a fast-forwarded run keeps every step's end
+  time, so its gaps are picked by time. Cost is the fleet's price over the span.
+- **Whole run**: instances.parquet, and summary.json's ``cpu_kv``, ``kv_transfer``, ``signals``,
+  ``cells`` and ``workload``; ``sim.simulated_s`` stays the run's own length.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from distsim.config.window import MeasureWindow
+from distsim.metrics.columns import Table
+from distsim.metrics.summary import cpu_kv_counts, is_status, rnd, summarize
+from distsim.metrics.tables import Tally
+
+
+@dataclass(frozen=True)
+class Counters:
+    """An instance's counters at an instant: busy time of the steps ended by then, single steps and
+    recompute gaps recorded."""
+
+    busy_us: int
+    steps: int
+    singles: int
+
+
+def counters_at(inst: Any, now: int) -> Counters:
+    stats, plan = inst.stats, inst.plan
+    busy = stats.busy_us
+    ends = plan.ends_us
+    if plan.steps and ends is not None:  # a fast-forwarded run in flight: its steps ended by now
+        k = bisect_right(ends, now, 0, plan.steps)
+        if k:
+            busy += ends[k - 1] - plan.begin_us
+    return Counters(busy, len(stats.itl_step_durations), len(stats.itl_single))
+
+
+@dataclass
+class WindowProbe:
+    """Runs the event loop in segments up to the window's edges, snapshotting every instance there, then
+    measures the run through the window."""
+
+    window: MeasureWindow
+    edges: list[dict[int, Counters]] = field(default_factory=list)  # at the start, and the end if closed
+
+    def run(self, loop: Any, cluster: Any, horizon_us: int | None) -> int:
+        """Run ``loop`` to its end (the horizon), pausing at the window's edges; the final time."""
+        for edge in (self.window.start_us, self.window.end_us):
+            if edge is None:
+                break
+            loop.horizon_us = edge  # events at the edge run before the pause
+            loop.run()
+            self.edges.append({inst.index: counters_at(inst, edge) for inst in cluster.instances})
+        loop.horizon_us = horizon_us
+        return loop.run()
+
+    def measured(self, table: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Masks of the request table's rows: arrived before the window, in it, after it."""
+        arrival_us = np.rint(table["arrival_ms"] * 1000.0).astype(np.int64)
+        before = arrival_us < self.window.start_us
+        end = self.window.end_us
+        after = arrival_us >= end if end is not None else np.zeros(len(arrival_us), dtype=bool)
+        return before, ~before & ~after, after
+
+    def span_us(self, first_arrival_us: int | None, end_us: int) -> tuple[int, int]:
+        """The measured span: the window clipped to the run (first arrival to end)."""
+        start = max(self.window.start_us, first_arrival_us or 0)
+        stop = end_us if self.window.end_us is None else min(self.window.end_us, end_us)
+        return start, max(stop, start)
+
+    def summary(self, table: Table, instances: Table, cluster: Any, *, seed: int, events: int, end_us: int) -> dict:
+        """summary.json over the window (fitness not yet added); adds the ``measured`` column to ``table``."""
+        before, measured, after = self.measured(table)
+        start_us, stop_us = self.span_us(cluster.first_arrival_us, end_us)
+        rows = take_rows(table, measured)
+        fleet = self.fleet_table(instances, cluster, rows)
+        itl_values, itl_weights = self.itl_samples(cluster)
+        summary = summarize(rows, fleet, itl_values, itl_weights, seed=seed, events=events, start_us=start_us, end_us=stop_us)
+        run_start = cluster.first_arrival_us or 0
+        summary["sim"]["simulated_s"] = rnd(max(end_us - run_start, 1) / 1e6, 6)  # the run's own length
+        if "cpu_kv" in summary:  # the tier's counters are the whole run's: so is its hit rate
+            scheduled = ~np.isnan(table["queue_ms"])
+            summary.update(cpu_kv_counts(instances, int(table["input_tokens"][scheduled].sum())))
+        summary["window"] = {
+            "start_ms": rnd(self.window.start_us / 1000.0),
+            "end_ms": None if self.window.end_us is None else rnd(self.window.end_us / 1000.0),
+            "span_s": rnd(max(stop_us - start_us, 1) / 1e6, 6),  # what the rates divide by
+            "measured": int(measured.sum()),
+            "excluded_before": int(before.sum()),
+            "excluded_after": int(after.sum()),
+        }
+        table.add("measured", measured, "bool")
+        return summary
+
+    def _end_counters(self, cluster: Any) -> dict[int, Counters]:
+        """The counters at the window's end: its snapshot, or the run's final ones for an open window."""
+        if self.window.end_us is not None:
+            return self.edges[1]
+        return {inst.index: Counters(inst.stats.busy_us, len(inst.stats.itl_step_durations), len(inst.stats.itl_single))
+                for inst in cluster.instances}
+
+    def fleet_table(self, instances: Table, cluster: Any, rows: Table) -> Table:
+        """instances' columns for the summary, with busy time and too-long refusals inside the window."""
+        begin, end = self.edges[0], self._end_counters(cluster)
+        zero = Counters(0, 0, 0)
+        busy_ms = [(end[i].busy_us - begin.get(i, zero).busy_us) / 1000.0 for i in instances["instance"].tolist()]
+        # a request the instance refused as too long is rejected with that instance set (admission leaves it -1)
+        refused = is_status(rows, "rejected") & (rows["instance"] >= 0)
+        index = {i: k for k, i in enumerate(instances["instance"].tolist())}
+        too_long = np.zeros(len(instances), dtype=np.int64)
+        for i in rows["instance"][refused].tolist():
+            too_long[index[i]] += 1
+        out = Table()
+        for name in instances:
+            values = {"busy_ms": busy_ms, "too_long": too_long}.get(name, instances[name])
+            out.add(name, values, instances.kind(name), instances.categories(name) if instances.kind(name) == "category" else ())
+        return out
+
+    def itl_samples(self, cluster: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The token gaps of the steps ending in the window, tallied as distsim.metrics.tables.itl_samples does."""
+        begin, end = self.edges[0], self._end_counters(cluster)
+        low = self.window.start_us
+        high = self.window.end_us if self.window.end_us is not None else np.iinfo(np.int64).max
+        zero = Counters(0, 0, 0)
+        tally = Tally()
+        for inst in cluster.instances:
+            s, b, e = inst.stats, begin.get(inst.index, zero), end.get(inst.index, zero)
+            tally.add(np.asarray(s.itl_step_durations[b.steps : e.steps], dtype=np.int64),
+                      np.asarray(s.itl_step_weights[b.steps : e.steps], dtype=np.int64))
+            if s.itl_run_counts:
+                ends = np.frombuffer(s.itl_run_ends, dtype=np.int64)
+                inside = (ends > low) & (ends <= high)
+                weights = np.repeat(np.asarray(s.itl_run_weights, dtype=np.int64), s.itl_run_counts)
+                tally.add(s.itl_run_durations[inside], weights[inside])
+            singles = s.itl_single[b.singles : e.singles]
+            if singles:
+                tally.add(np.asarray(singles, dtype=np.int64), np.ones(len(singles), dtype=np.int64))
+        return tally.result()
+
+
+def take_rows(table: Table, mask: np.ndarray) -> Table:
+    """The rows of ``table`` where ``mask`` holds, every column with its kind."""
+    out = Table()
+    for name in table:
+        kind = table.kind(name)
+        out.add(name, table[name][mask], kind, table.categories(name) if kind == "category" else ())
+    return out
