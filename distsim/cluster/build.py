@@ -45,7 +45,7 @@ def build_instances(
     pool_of: list[Any] = []
     group = first_group
     for pool in pools:
-        for _ in range(pool.count):
+        for _ in range(pool.built_count):
             for _ in range(pool.data_parallel_size):
                 inst = Instance(
                     first + len(instances),
@@ -131,7 +131,12 @@ def build_cluster(
     """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (with cells:
     distsim.cells.build.build_world)."""
     instances, pool_of = build_instances(pools, loop, fast_forward)
-    return assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
+    cluster = assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
+    if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
+        from distsim.autoscale.controller import attach_autoscaler
+
+        attach_autoscaler(cluster, list(pools))
+    return cluster
 
 
 def assemble(

@@ -13,6 +13,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from distsim.autoscale.schema import AutoscaleConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
 from distsim.config.workload import WorkloadConfig
@@ -68,6 +69,7 @@ class PoolConfig:
     role: str = "mixed"  # mixed | prefill | decode
     engine: dict[str, Any] = field(default_factory=dict)
     latency: dict[str, Any] = field(default_factory=dict)
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)  # kind null: a fixed pool of count
 
 
 @dataclass
@@ -138,6 +140,7 @@ class ClusterConfig:
     kv_transfer: KVTransferConfig = field(default_factory=lambda: KVTransferConfig())
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     cells: CellsConfig = field(default_factory=CellsConfig)
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)  # the single pool's (kind null: off)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from distsim.errors import SimulationError
 # Priorities at equal time: smaller runs first.
 PRIO_ARRIVAL = 0  # a request enters the cluster
 PRIO_CLUSTER = 10  # other cluster events: delayed deliveries, KV transfers, signal refreshes
+PRIO_AUTOSCALE = 20  # autoscaler evaluations and replica changes: after the cluster's events, before steps
 PRIO_INSTANCE = 1000  # instance i's step events run at PRIO_INSTANCE + i
 
 Handler = Callable[[int, Any], None]
@@ -72,6 +73,16 @@ class EventLoop:
 
     def pending(self) -> int:
         return len(self._heap)
+
+    def drop(self, owner: Any) -> int:
+        """Remove the pending events whose handler is a method of ``owner`` (the autoscaler, once the run
+        has nothing left to do, so its timers do not prolong the run); returns how many. O(pending)."""
+        heap = self._heap
+        keep = [e for e in heap if getattr(e[3], "__self__", None) is not owner]
+        dropped = len(heap) - len(keep)
+        heap[:] = keep  # in place: run() holds the list
+        heapq.heapify(heap)
+        return dropped
 
     def events_run(self) -> int:
         """Events run so far, readable from another thread while :meth:`run` runs (a progress line):

@@ -23,9 +23,16 @@ def measure(
     else:
         itl_values, itl_weights = itl_samples(cluster)
         start_us = cluster.first_arrival_us or 0
+        autoscaler = getattr(cluster, "autoscaler", None)  # cost follows the replicas that ran
+        billed_s = autoscaler.billed_s(start_us, end_us) if autoscaler is not None else None
         summary = summarize(
-            table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us
+            table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us,
+            billed_s=billed_s,
         )
+        if autoscaler is not None:
+            from distsim.metrics.autoscale import autoscale_summary
+
+            summary["autoscale"] = autoscale_summary(autoscaler, instances, start_us, end_us)
     if cluster.disaggregated:
         summary["kv_transfer"] = {
             "transfers": cluster.transfers,
