@@ -15,7 +15,7 @@ import pytest
 from clikit import assert_user_error, run_module
 
 from distsim import load_config, simulate
-from distsim.errors import ConfigError
+from distsim.errors import ConfigError, ConfigWarning
 from distsim.metrics.summary import distribution, rnd
 from distsim.simulate import summary_json
 
@@ -193,3 +193,10 @@ def test_windowed_jobs_on_ray_equal_the_same_run_in_process(tmp_path):
         assert (job / "summary.json").read_text() == summary_json(alone.summary)
         assert json.loads((job / "summary.json").read_text())["window"]["span_s"] == 5.0
         assert bool(np.array_equal(pd.read_parquet(job / "requests.parquet")["measured"], alone.requests["measured"]))
+
+
+def test_a_window_no_request_arrives_in_warns_and_gives_empty_figures():
+    with pytest.warns(ConfigWarning, match="no request arrived in the measurement window"):
+        result = run("sim.warmup_s=100")
+    assert result.summary["requests"]["arrived"] == 0 and result.summary["ttft_ms"]["mean"] is None
+    assert result.summary["window"]["excluded_before"] == len(result.requests)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from distsim.config.window import MeasureWindow
+from distsim.errors import warn_config
 from distsim.metrics.columns import Table
 from distsim.metrics.summary import cpu_kv_counts, is_status, rnd, summarize
 from distsim.metrics.tables import Tally
@@ -111,6 +112,8 @@ class WindowProbe:
             "excluded_before": int(before.sum()),
             "excluded_after": int(after.sum()),
         }
+        if len(table) and not measured.any():
+            warn_config("sim.warmup_s", "no request arrived in the measurement window: every figure is empty")
         table.add("measured", measured, "bool")
         return summary
 
@@ -125,7 +128,8 @@ class WindowProbe:
         """instances' columns for the summary, with busy time and too-long refusals inside the window."""
         begin, end = self.edges[0], self._end_counters(cluster)
         zero = Counters(0, 0, 0)
-        busy_ms = [(end[i].busy_us - begin.get(i, zero).busy_us) / 1000.0 for i in instances["instance"].tolist()]
+        # an instance missing from a snapshot did not exist yet (a scale-up): nothing done by then
+        busy_ms = [(end.get(i, zero).busy_us - begin.get(i, zero).busy_us) / 1000.0 for i in instances["instance"].tolist()]
         # a request the instance refused as too long is rejected with that instance set (admission leaves it -1)
         refused = is_status(rows, "rejected") & (rows["instance"] >= 0)
         index = {i: k for k, i in enumerate(instances["instance"].tolist())}

@@ -1,1 +1,0 @@
-"""Autoscaler kinds, one module each (see distsim/autoscale/registry.py)."""
