@@ -40,6 +40,7 @@ class SimulationResult:
     perf: dict[str, Any] = field(default_factory=dict)
     decisions: pd.DataFrame | None = None  # per routing decision, when policy.trace_decisions is on
     cells: pd.DataFrame | None = None  # per cell, with a cell layer (cluster.cells.count > 1)
+    timeline: Table | None = None  # autoscaled pools' replicas over time, with autoscaling
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -64,6 +65,7 @@ class SimulationResult:
         skipped = [] if write_requests else ["requests.parquet"]
         skipped += [] if self.decisions is not None else ["decisions.parquet"]
         skipped += [] if self.cells is not None else ["cells.parquet"]
+        skipped += [] if self.timeline is not None else ["instances_timeline.parquet"]
         outputs.remove(out / name for name in ("summary.json", *skipped))
         if write_requests:
             outputs.write_parquet(out / "requests.parquet", self.request_table)
@@ -72,6 +74,8 @@ class SimulationResult:
             outputs.write_parquet(out / "decisions.parquet", self.decisions)
         if self.cells is not None:
             outputs.write_parquet(out / "cells.parquet", self.cells)
+        if self.timeline is not None:
+            outputs.write_parquet(out / "instances_timeline.parquet", self.timeline)
         outputs.write_text(out / "perf.json", json.dumps(self.perf, indent=2) + "\n")
         outputs.write_text(out / "summary.json", summary_json(self.summary))
 
@@ -128,7 +132,12 @@ def run(
     del summary["_derived"]
     perf = perf_figures(wall0, cpu0, loop.events, len(table))
     decisions = cluster.decision_table() if cluster.trace else None
-    return SimulationResult(summary, table, instances, perf, decisions, cells)
+    timeline = None
+    if getattr(cluster, "autoscaler", None) is not None:
+        from distsim.metrics.autoscale import timeline_table
+
+        timeline = timeline_table(cluster.autoscaler)
+    return SimulationResult(summary, table, instances, perf, decisions, cells, timeline)
 
 
 def _progress_line(

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from distsim.cluster.cluster import NO_FRONTEND, Cluster, Routes
-from distsim.cluster.hedging import Hedger
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
@@ -46,7 +45,7 @@ def build_instances(
     pool_of: list[Any] = []
     group = first_group
     for pool in pools:
-        for _ in range(pool.count):
+        for _ in range(pool.built_count):
             for _ in range(pool.data_parallel_size):
                 inst = Instance(
                     first + len(instances),
@@ -132,7 +131,12 @@ def build_cluster(
     """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (with cells:
     distsim.cells.build.build_world)."""
     instances, pool_of = build_instances(pools, loop, fast_forward)
-    return assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
+    cluster = assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
+    if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
+        from distsim.autoscale.controller import attach_autoscaler
+
+        attach_autoscaler(cluster, list(pools))
+    return cluster
 
 
 def assemble(
@@ -147,10 +151,6 @@ def assemble(
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo, suffix)
     if any(getattr(policy, "reads_signals", False) for policy in (routes.router, routes.decode_router, admission)):
         board.enable_push()  # live or scraped: O(1) pushes per change beat O(instances) pulls per read
-    hedger = None
-    if policy.hedge.enabled:
-        hedger = Hedger(policy.hedge, slo.ttft_ms, instances[0].index, stream(seed, "hedge" + suffix))
     return Cluster(
-        instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder,
-        frontend or NO_FRONTEND, hedger,
-    )  # fmt: skip
+        instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder, frontend or NO_FRONTEND
+    )

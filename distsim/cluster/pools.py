@@ -7,6 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from distsim.autoscale.settings import resolve_autoscale
 from distsim.cluster.footprint import check_instances_fit
 from distsim.config import checks
 from distsim.errors import ConfigError
@@ -28,6 +29,12 @@ class PoolSpec:
     latency: LatencyModel
     key: str  # config path of this pool, for messages
     data_parallel_size: int = 1  # engines per instance, behind vLLM's balancer (distsim.cluster.data_parallel)
+    autoscale: Any = None  # distsim.autoscale.settings.AutoscaleSettings; None: a fixed pool of ``count``
+
+    @property
+    def built_count(self) -> int:
+        """Instances to build: an autoscaled pool builds its ``max`` (``count`` of them serve at first)."""
+        return self.autoscale.max_replicas if self.autoscale is not None else self.count
 
 
 def _merged(base: Any, overrides: Any, key: str) -> DictConfig:
@@ -45,10 +52,16 @@ def _raw_pools(cluster: Any) -> tuple[list[Any], list[str]]:
     if cluster.pools is None:
         if cluster.instances < 1:
             raise ConfigError("cluster.instances", f"must be >= 1 (got {cluster.instances})")
-        raw = {"name": "default", "count": cluster.instances, "hardware": None, "role": "mixed", "engine": {}, "latency": {}}
+        raw = {"name": "default", "count": cluster.instances, "hardware": None, "role": "mixed", "engine": {}, "latency": {},
+               "autoscale": cluster.get("autoscale")}
         return [raw], ["cluster"]
     if len(cluster.pools) == 0:
         raise ConfigError("cluster.pools", "is empty: give at least one pool, or null for cluster.instances")
+    if cluster.get("autoscale") is not None and cluster.autoscale.get("kind") is not None:
+        raise ConfigError(
+            "cluster.autoscale.kind", "autoscales the single pool of cluster.instances; with cluster.pools set, "
+            "give each pool its own autoscale"
+        )
     return list(cluster.pools), [f"cluster.pools[{i}]" for i in range(len(cluster.pools))]
 
 
@@ -99,7 +112,11 @@ def _resolve_pool(cluster: Any, raw: Any, key: str, model: Any) -> PoolSpec:
     ep = bool(engine.enable_expert_parallel)
     checks.expert_parallel(ep, model, engine_key)
     latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp, dp, ep))
-    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp)
+    autoscale = resolve_autoscale(
+        raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
+        "cluster.instances" if key == "cluster" else f"{key}.count", model.weight_bytes_per_gpu(tp, dp if ep else 1),
+    )
+    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale)
 
 
 def _check_pools_together(pools: list[PoolSpec]) -> None:
@@ -128,7 +145,7 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
         _check_pool(raw, key, names)
         pools.append(_resolve_pool(cluster, raw, key, model))
     _check_pools_together(pools)
-    engines = sum(p.count * p.data_parallel_size for p in pools)  # every DP replica is an engine of its own
+    engines = sum(p.built_count * p.data_parallel_size for p in pools)  # every DP replica is an engine of its own
     if any(p.data_parallel_size > 1 for p in pools):
         key = "cluster.engine.data_parallel_size"
     else:

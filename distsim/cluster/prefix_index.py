@@ -58,6 +58,18 @@ class PrefixIndex:
                 else:
                     owners[old] = mask
 
+    def forget(self, instance: int) -> None:
+        """``instance`` holds nothing any more (an autoscaled replica that left: a new one starts cold)."""
+        bit = self._bit[instance]
+        owners = self.owners
+        for h in list(self.lru[instance]):
+            rest = owners[h] & ~bit
+            if rest:  # a single owner left gets its shared mask object, as in record
+                owners[h] = rest if rest & (rest - 1) else self._bit[rest.bit_length() - 1]
+            else:
+                del owners[h]
+        self.lru[instance] = LruSet()
+
     def match(self, hashes: Sequence[Hashable] | None) -> np.ndarray:
         """Blocks of ``hashes`` each instance holds as a prefix (int64 array, one per instance)."""
         if hashes and self.stride > 1:

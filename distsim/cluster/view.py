@@ -41,12 +41,21 @@ class ClusterView:
         self._board = board
         self._state = state
         self._loop = loop
+        self._index = prefix_index
+        self._all_facts = facts  # over every instance, so membership can change (autoscaling)
+        self._all_models = step_models
+        self.set_members(members)
+
+    def set_members(self, members: np.ndarray) -> None:
+        """Make ``members`` (global instance indices, ascending) the candidates. Autoscaling calls it when a
+        replica starts or stops serving; the owner of the view then tells its policies
+        (``Router.members_changed``), since candidate positions shift."""
+        board = self._board
         self.members = members  # global instance index of each candidate
         self._all = members.size == len(board.waiting) and bool(np.all(members == np.arange(members.size)))
-        self._index = prefix_index
         self.n = int(members.size)
-        self.facts = {k: v[members] for k, v in facts.items()}  # static per-instance facts
-        self.step_models = [step_models[i] for i in members]
+        self.facts = {k: v[members] for k, v in self._all_facts.items()}  # static per-instance facts
+        self.step_models = [self._all_models[i] for i in members]
 
     def _pick(self, arr: np.ndarray) -> np.ndarray:
         return arr if self._all else arr[self.members]

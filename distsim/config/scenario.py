@@ -54,6 +54,7 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     ``requests`` replaces the configured workload (tests and validation feed exact request lists);
     the workload config is then not read.
     """
+    from distsim.autoscale.settings import refuse_with_cells
     from distsim.cluster.pools import resolve_pools
 
     sim = checks.sim(cfg)
@@ -65,10 +66,10 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     pools = tuple(resolve_pools(cfg.cluster))
     checks.prefix_routing_needs_caching(policy, pools)
     cells = checks.cells(cfg.cluster.cells, pools)
+    refuse_with_cells(cells, pools)
     if requests is None:
         from distsim.workload import build_workload
 
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
     slo = checks.slo_defaults(cfg.workload)
-    checks.hedging_fits(policy, pools, slo)
     return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells)

@@ -13,6 +13,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from distsim.autoscale.schema import AutoscaleConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
 from distsim.config.workload import WorkloadConfig
@@ -68,6 +69,7 @@ class PoolConfig:
     role: str = "mixed"  # mixed | prefill | decode
     engine: dict[str, Any] = field(default_factory=dict)
     latency: dict[str, Any] = field(default_factory=dict)
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)  # kind null: a fixed pool of count
 
 
 @dataclass
@@ -138,6 +140,7 @@ class ClusterConfig:
     kv_transfer: KVTransferConfig = field(default_factory=lambda: KVTransferConfig())
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     cells: CellsConfig = field(default_factory=CellsConfig)
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)  # the single pool's (kind null: off)
 
 
 @dataclass
@@ -185,23 +188,10 @@ AdmissionConfig = _policy_node("AdmissionConfig", [("kind", str, "always"), ("la
 
 
 @dataclass
-class HedgeConfig:
-    """Hedged requests (distsim.cluster.hedging): a request still without its first token after the delay
-    gets a copy on another instance; the first copy to answer wins and the others are cancelled. Off
-    unless one of the delays is set."""
-
-    delay_slo_fraction: float | None = None  # of the request's TTFT SLO (its class's, else workload.slo)
-    delay_ms: float | None = None  # a fixed delay instead
-    max_copies: int = 2  # the request and its hedges; each further copy waits another delay
-    target: str = "router"  # router | least_outstanding | random: where a copy goes
-
-
-@dataclass
 class PolicyConfig:
     name: str = "round_robin"
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
-    hedge: HedgeConfig = field(default_factory=HedgeConfig)
     trace_decisions: bool = False  # write decisions.parquet: every candidate's score and the regret
 
 

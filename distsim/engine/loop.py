@@ -22,6 +22,7 @@ from distsim.errors import SimulationError
 # Priorities at equal time: smaller runs first.
 PRIO_ARRIVAL = 0  # a request enters the cluster
 PRIO_CLUSTER = 10  # other cluster events: delayed deliveries, KV transfers, signal refreshes
+PRIO_AUTOSCALE = 20  # autoscaler evaluations and replica changes: after the cluster's events, before steps
 PRIO_INSTANCE = 1000  # instance i's step events run at PRIO_INSTANCE + i
 
 Handler = Callable[[int, Any], None]

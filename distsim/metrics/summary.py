@@ -132,12 +132,18 @@ def cpu_kv_counts(instances: Table, prompt_scheduled: int) -> dict[str, Any]:
     }
 
 
-def _fleet(instances: Table, span_s: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """GPUs per instance, busy seconds per instance, and dollars spent over the span."""
+def _fleet(instances: Table, span_s: float, billed_s: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+    """GPUs and busy seconds per instance, dollars spent over the span, GPU-seconds paid for and the mean
+    GPUs running. Every instance runs the whole span, unless autoscaling says for how long each ran
+    (``billed_s``: seconds within the span)."""
     gpus = instances["gpus"].astype(np.float64)
     busy_s = instances["busy_ms"] / 1e3
-    cost_usd = float((instances["price_usd_per_gpu_hour"] * instances["gpus"]).sum()) * span_s / 3600.0
-    return gpus, busy_s, cost_usd
+    if billed_s is None:
+        cost_usd = float((instances["price_usd_per_gpu_hour"] * instances["gpus"]).sum()) * span_s / 3600.0
+        return gpus, busy_s, cost_usd, float(gpus.sum()) * span_s, float(gpus.sum())
+    gpu_seconds = float(np.dot(gpus, billed_s))
+    cost_usd = float(np.dot(instances["price_usd_per_gpu_hour"] * gpus, billed_s)) / 3600.0
+    return gpus, busy_s, cost_usd, gpu_seconds, gpu_seconds / span_s
 
 
 def summarize(
@@ -150,8 +156,10 @@ def summarize(
     events: int,
     start_us: int,
     end_us: int,
+    billed_s: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """The summary dict (everything but fitness, which needs it as input)."""
+    """The summary dict (everything but fitness, which needs it as input). ``billed_s``: with autoscaling,
+    the seconds each instance ran within the span (cost, GPU utilisation and the fitness's GPUs follow it)."""
     done = is_status(requests, "completed")
     span_s = max(end_us - start_us, 1) / 1e6
     arrived = len(requests)
@@ -159,8 +167,7 @@ def summarize(
     scheduled = ~np.isnan(queue_ms)
     met = int(requests["met_slo"].sum())
     prompt_scheduled = int(requests["input_tokens"][scheduled].sum())
-    gpus, busy_s, cost_usd = _fleet(instances, span_s)
-    gpu_seconds = float(gpus.sum()) * span_s
+    gpus, busy_s, cost_usd, gpu_seconds, mean_gpus = _fleet(instances, span_s, billed_s)
     done_input, done_output = requests["input_tokens"][done], requests["output_tokens"][done]
     tokens_done = int(done_input.sum() + done_output.sum())
     summary: dict[str, Any] = {
@@ -186,7 +193,7 @@ def summarize(
         "slo_classes": slo_class_breakdown(requests),
         "sim": {"seed": seed, "events": events, "simulated_s": rnd(span_s, 6)},
     }
-    summary["_derived"] = {"gpus": float(gpus.sum()), "cost_usd": cost_usd, "span_s": span_s}
+    summary["_derived"] = {"gpus": mean_gpus, "cost_usd": cost_usd, "span_s": span_s}
     return summary
 
 

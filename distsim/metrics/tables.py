@@ -23,9 +23,16 @@ def measure(
     else:
         itl_values, itl_weights = itl_samples(cluster)
         start_us = cluster.first_arrival_us or 0
+        autoscaler = getattr(cluster, "autoscaler", None)  # cost follows the replicas that ran
+        billed_s = autoscaler.billed_s(start_us, end_us) if autoscaler is not None else None
         summary = summarize(
-            table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us
+            table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us,
+            billed_s=billed_s,
         )
+        if autoscaler is not None:
+            from distsim.metrics.autoscale import autoscale_summary
+
+            summary["autoscale"] = autoscale_summary(autoscaler, instances, start_us, end_us)
     if cluster.disaggregated:
         summary["kv_transfer"] = {
             "transfers": cluster.transfers,
@@ -33,10 +40,6 @@ def measure(
             "gb": rnd(cluster.transfer_bytes_total / 1e9, 6),
         }
     summary["signals"] = {"scrapes": cluster.board.scrapes}
-    if getattr(cluster, "hedgers", None):  # hedging on: its request columns and summary section
-        from distsim.metrics.hedging import add_hedging
-
-        summary["hedging"] = add_hedging(table, instances, cluster)
     return table, instances, summary
 
 

@@ -47,15 +47,34 @@ class PolicyParams:
         return cls(**values)
 
 
-class Router:
-    """Chooses the instance for an admitted request."""
+class Policy:
+    """What routers and admission policies share: parameters, a context, and the membership hook."""
 
     Params: ClassVar[type[PolicyParams]] = PolicyParams
-    uses_prefix_index: ClassVar[bool] = False  # the cluster keeps a prefix index for it
 
     def __init__(self, params: PolicyParams, ctx: PolicyContext):
         self.params = params
         self.ctx = ctx
+
+    def members_changed(self, old: np.ndarray, new: np.ndarray) -> None:
+        """The view's candidates changed from ``old`` to ``new`` (global instance indices, ascending), as
+        autoscaling starts or stops replicas. Never called without autoscaling. A policy that keeps state
+        per candidate position remaps it here (see :func:`positions`); this base keeps
+        ``ctx.num_instances`` equal to the view's ``n``."""
+        self.ctx.num_instances = int(new.size)
+
+
+def positions(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """For each position among the ``old`` candidates, its position among the ``new`` (-1: gone)."""
+    where = np.searchsorted(new, old)
+    found = (where < new.size) & (new[np.minimum(where, new.size - 1)] == old)
+    return np.where(found, where, -1)
+
+
+class Router(Policy):
+    """Chooses the instance for an admitted request."""
+
+    uses_prefix_index: ClassVar[bool] = False  # the cluster keeps a prefix index for it
 
     @classmethod
     def reads_prefix_index(cls, params: PolicyParams) -> bool:
@@ -66,14 +85,8 @@ class Router:
         raise NotImplementedError
 
 
-class Admission:
+class Admission(Policy):
     """Admits or rejects a request as it enters the cluster."""
-
-    Params: ClassVar[type[PolicyParams]] = PolicyParams
-
-    def __init__(self, params: PolicyParams, ctx: PolicyContext):
-        self.params = params
-        self.ctx = ctx
 
     def admit(self, req: Request, now: int, view: Any) -> bool:
         raise NotImplementedError

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distsim.errors import ConfigError
-from distsim.policies.base import ROUTERS, PolicyParams, Router
+from distsim.policies.base import ROUTERS, PolicyParams, Router, positions
 from distsim.policies.choice import pick_min
 
 
@@ -39,3 +39,12 @@ class CostEscalation(Router):
         choice = pick_min(self.cost, self.ctx.rng)
         self.cost[choice] += req.prompt_tokens
         return choice
+
+    def members_changed(self, old, new) -> None:
+        """Each instance keeps its cost while it serves; a new candidate starts at zero."""
+        super().members_changed(old, new)
+        cost = np.zeros(new.size, dtype=np.float64)
+        where = positions(old, new)
+        kept = where >= 0
+        cost[where[kept]] = self.cost[kept]
+        self.cost = cost

@@ -19,3 +19,8 @@ class RandomRouter(Router):
         choice = self._draws[self._i]
         self._i += 1
         return choice
+
+    def members_changed(self, old, new) -> None:
+        """The drawn block was for the old count: draw the next block over the new one."""
+        super().members_changed(old, new)
+        self._draws, self._i = [], 0

@@ -6,7 +6,7 @@ session go to the least loaded. Load here is the router's own outstanding count,
 from dataclasses import dataclass
 
 from distsim.errors import ConfigError
-from distsim.policies.base import ROUTERS, PolicyParams, Router
+from distsim.policies.base import ROUTERS, PolicyParams, Router, positions
 from distsim.policies.choice import pick_min
 
 DEFAULT_LOAD_GUARD = 8.0
@@ -40,3 +40,9 @@ class SessionAffinity(Router):
             self.home[req.session_id] = least
             return least
         return home
+
+    def members_changed(self, old, new) -> None:
+        """Sessions keep their home where it still serves; a session whose home left finds a new one."""
+        super().members_changed(old, new)
+        where = positions(old, new)
+        self.home = {s: int(where[h]) for s, h in self.home.items() if where[h] >= 0}

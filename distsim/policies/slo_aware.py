@@ -54,3 +54,8 @@ class SLOAware(Admission):
         budget, chunk_us = self._chunks(view)
         predicted_us = np.ceil((view.queued_tokens() + req.prompt_tokens) / budget) * chunk_us
         return float(predicted_us.min()) <= self.margin * slo * 1000.0
+
+    def members_changed(self, old, new) -> None:
+        """The chunk times were per candidate: compute them again for the new ones."""
+        super().members_changed(old, new)
+        self._chunk_us = None

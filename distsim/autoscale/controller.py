@@ -1,0 +1,225 @@
+"""The autoscaler: evaluates each autoscaled pool on its interval and applies what its scaler wants.
+
+An evaluation (event priority PRIO_AUTOSCALE: after the cluster's events at the same instant, before the
+instances' steps) asks the pool's scaler for a count, clamps it to [min, max] and stabilises a scale-down
+as Kubernetes HPA does (the pool goes down only to the highest count wanted within the last ``cooldown_s``;
+up at once). Scaling up starts the lowest-numbered replicas that are off: billed from now, serving after
+the provisioning delay. Scaling down first cancels starts still provisioning (newest first), then drains
+serving replicas: the one with the fewest outstanding requests, the newest among equals (it has the least
+warm cache). A replica that leaves drops its caches and the router's prefix index forgets it, so one
+started again later is cold, as a new one would be.
+
+When the run has nothing left to do (the workload is exhausted and nothing is outstanding), the
+autoscaler stops: draining replicas leave, and its pending evaluations and timers are dropped from the
+loop so they do not prolong the run.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from distsim.autoscale.drain import DrainHooks, engine_idle
+from distsim.autoscale.membership import Membership
+from distsim.autoscale.probe import CompletionWatch, PoolProbe
+from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING, PoolReplicas, Replica
+from distsim.engine.loop import PRIO_AUTOSCALE
+from distsim.instance.kv_cache import KVCache
+
+
+@dataclass
+class ScaledPool:
+    spec: Any  # distsim.cluster.pools.PoolSpec
+    scaler: Any
+    replicas: PoolReplicas
+    watch: CompletionWatch
+    history: deque = field(default_factory=deque)  # (time_us, recommended count) within the cool-down
+    ups: int = 0  # replicas started
+    downs: int = 0  # replicas drained, or cancelled while provisioning
+
+    @property
+    def settings(self) -> Any:
+        return self.spec.autoscale
+
+    @property
+    def asked(self) -> int:
+        """Replicas asked for: serving plus provisioning."""
+        return self.replicas.count(SERVING) + self.replicas.count(PROVISIONING)
+
+
+class Autoscaler:
+    def __init__(self, cluster: Any, pools: list[Any], recorder: Any):
+        self.cluster, self.loop = cluster, cluster.loop
+        self.instances = cluster.instances
+        self.serving = np.ones(len(self.instances), dtype=bool)  # fixed pools always serve
+        self.membership = Membership(cluster)
+        self.hooks = DrainHooks()
+        self.stopped = False
+        self._checking: set[int] = set()  # engines (first of a replica) with a drain check pending
+        self.pools: list[ScaledPool] = []
+        first = 0
+        for spec in pools:
+            dp = spec.data_parallel_size
+            if spec.autoscale is not None:
+                engines = [tuple(range(first + k * dp, first + (k + 1) * dp)) for k in range(spec.built_count)]
+                replicas = PoolReplicas(spec.name, engines, spec.count)
+                watch = CompletionWatch(recorder, {e for group in engines for e in group})
+                self.pools.append(ScaledPool(spec, spec.autoscale.cls(spec.autoscale.params, spec.count), replicas, watch))
+            first += spec.built_count * dp
+
+    def start(self) -> None:
+        """Initial membership, the first timeline rows, and the evaluations' events."""
+        for sp in self.pools:
+            self._update(sp, 0, sp.spec.count)
+            loop = self.loop
+            loop.schedule(sp.settings.interval_us, PRIO_AUTOSCALE, self._tick, sp)
+            for at_us in sp.scaler.wake_times_us():
+                loop.schedule(at_us, PRIO_AUTOSCALE, self._evaluate, sp)
+
+    # ------------------------------------------------------------------ evaluations
+    def _tick(self, now: int, sp: ScaledPool) -> None:
+        for replica in sp.replicas.in_state(DRAINING):  # a fallback: every way out of an instance pokes
+            self._check(now, (sp, replica))
+        self._evaluate(now, sp)
+        self.loop.schedule(now + sp.settings.interval_us, PRIO_AUTOSCALE, self._tick, sp)
+
+    def _evaluate(self, now: int, sp: ScaledPool) -> None:
+        s, r = sp.settings, sp.replicas
+        probe = PoolProbe(
+            now, r.count(SERVING), r.count(PROVISIONING), r.count(DRAINING), sp.asked, r.serving_engines(),
+            sp.spec.data_parallel_size, self.cluster.board, self.cluster.state, sp.watch,
+        )
+        wanted = min(max(int(sp.scaler.desired(probe)), s.min_replicas), s.max_replicas)
+        target = self._stabilised(sp, now, wanted)
+        if target > sp.asked:
+            self._scale_up(sp, target - sp.asked, now)
+        elif target < sp.asked:
+            self._scale_down(sp, sp.asked - target, now)
+        self._update(sp, now, wanted)
+
+    def _stabilised(self, sp: ScaledPool, now: int, wanted: int) -> int:
+        """HPA's scale-down stabilisation: up at once; down only to the highest count wanted within the
+        cool-down window (this evaluation's included)."""
+        history = sp.history
+        history.append((now, wanted))
+        while history[0][0] < now - sp.settings.cooldown_us:
+            history.popleft()
+        if wanted >= sp.asked:
+            return wanted
+        return min(sp.asked, max(n for _, n in history))
+
+    # ------------------------------------------------------------------ changes
+    def _scale_up(self, sp: ScaledPool, n: int, now: int) -> None:
+        for replica in sp.replicas.in_state(OFF)[:n]:
+            sp.ups += 1
+            sp.replicas.bill(replica, now, PROVISIONING)
+            if sp.settings.provision_us == 0:
+                sp.replicas.set_state(replica, SERVING)
+            else:
+                self.loop.schedule(now + sp.settings.provision_us, PRIO_AUTOSCALE, self._ready, (sp, replica, replica.tag))
+
+    def _ready(self, now: int, item: tuple[ScaledPool, Replica, int]) -> None:
+        sp, replica, tag = item
+        if replica.tag == tag:  # not cancelled since
+            sp.replicas.set_state(replica, SERVING)
+            self._update(sp, now)
+
+    def _scale_down(self, sp: ScaledPool, n: int, now: int) -> None:
+        sp.downs += n
+        starting = sorted(sp.replicas.in_state(PROVISIONING), key=lambda r: -r.order)
+        for replica in starting[:n]:
+            sp.replicas.release(replica, now)
+        n -= min(n, len(starting))
+        outstanding = self.cluster.state.outstanding
+        serving = sorted(sp.replicas.in_state(SERVING), key=lambda r: (int(outstanding[list(r.engines)].sum()), -r.order))
+        for replica in serving[:n]:
+            sp.replicas.set_state(replica, DRAINING)
+            for e in replica.engines:
+                self.hooks.attach(self.instances[e], lambda sp=sp, replica=replica: self._poke(sp, replica))
+            self._check(now, (sp, replica))
+
+    def _poke(self, sp: ScaledPool, replica: Replica) -> None:
+        """Something left a draining engine: check the replica once this event is over."""
+        if replica.engines[0] not in self._checking:
+            self._checking.add(replica.engines[0])
+            self.loop.schedule(self.loop.now, PRIO_AUTOSCALE, self._check, (sp, replica))
+
+    def _check(self, now: int, item: tuple[ScaledPool, Replica]) -> None:
+        sp, replica = item
+        self._checking.discard(replica.engines[0])
+        state = self.cluster.state
+        if replica.state == DRAINING and all(engine_idle(self.instances[e], state, e) for e in replica.engines):
+            self._leave(sp, replica, now)
+
+    def _leave(self, sp: ScaledPool, replica: Replica, now: int) -> None:
+        """The drained replica leaves: billing stops, its caches go (a later start is cold)."""
+        sp.replicas.release(replica, now)
+        index = self.cluster.prefix_index
+        for e in replica.engines:
+            inst = self.instances[e]
+            self.hooks.detach(inst)
+            forget_caches(inst)
+            if index is not None:
+                index.forget(e)
+        self._update(sp, now)
+
+    def _update(self, sp: ScaledPool, now: int, wanted: int | None = None) -> None:
+        """After a change: the routers' candidates, and a timeline row."""
+        for replica in sp.replicas.replicas:
+            self.serving[list(replica.engines)] = replica.state == SERVING
+        self.membership.update(self.serving)
+        sp.replicas.record(now, sp.asked if wanted is None else wanted)
+
+    # ------------------------------------------------------------------ the end
+    def recorded(self) -> None:
+        """A request reached its final status: once nothing is left to do, stop (see the module doc)."""
+        if self.stopped or self.cluster._active():
+            return
+        self.stopped = True
+        now = self.loop.now
+        for sp in self.pools:
+            for replica in sp.replicas.in_state(DRAINING):
+                self._check(now, (sp, replica))
+        self.loop.drop(self)
+
+    def billed_s(self, start_us: int, end_us: int) -> np.ndarray:
+        """Seconds each instance was billed within the run's span: the whole span for a fixed pool's."""
+        billed = np.full(len(self.instances), (end_us - start_us) / 1e6)
+        for sp in self.pools:
+            for e, us in sp.replicas.billed_us(start_us, end_us).items():
+                billed[e] = us / 1e6
+        return billed
+
+
+def forget_caches(inst: Any) -> None:
+    """A drained engine's caches emptied (its counters kept): the GPU prefix cache, and the CPU KV tier's
+    blocks. It holds no request, so every block is free or evictable."""
+    kv = KVCache(inst.kv.total)
+    kv.evictions = inst.kv.evictions
+    inst.kv = kv
+    if inst.cpu is not None:
+        inst.cpu.blocks.clear()
+
+
+class _RecorderTap:
+    """The cluster's recorder, telling the autoscaler of each final status (so it can stop)."""
+
+    def __init__(self, recorder: Any, autoscaler: Autoscaler):
+        self.recorder, self.autoscaler = recorder, autoscaler
+
+    def done(self, req: Any) -> None:
+        self.recorder.done(req)
+        self.autoscaler.recorded()
+
+
+def attach_autoscaler(cluster: Any, pools: list[Any]) -> Autoscaler:
+    """Autoscale ``cluster``'s autoscaled pools (built with ``max`` replicas each): from now only their
+    initial ``count`` serve. Sets ``cluster.autoscaler``."""
+    autoscaler = Autoscaler(cluster, pools, cluster.recorder)
+    cluster.recorder = _RecorderTap(cluster.recorder, autoscaler)
+    cluster.autoscaler = autoscaler
+    autoscaler.start()
+    return autoscaler

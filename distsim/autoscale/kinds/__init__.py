@@ -1,0 +1,1 @@
+"""Autoscaler kinds, one module each (see distsim/autoscale/registry.py)."""
