@@ -157,6 +157,9 @@ class Fleet(Intake):
         self.record_ids.append(req.request_id)
         self.record_cells.append(cell)
         self.recorder.done(req)
+        if self._exhausted and len(self.recorder.records) == self.arrived:
+            for hedger in self.hedgers:  # every request is recorded: its pending hedge timers must not run on
+                self.loop.drop(hedger)
 
     # ------------------------------------------------------------------ end of run
     def finish(self, horizon_us: int | None) -> None:
@@ -175,6 +178,10 @@ class Fleet(Intake):
 
     def decision_table(self):
         return decision_table(list(heapq.merge(*(cell.decisions for cell in self.cells), key=lambda d: d[0])))
+
+    @property
+    def hedgers(self) -> list:
+        return [cell.hedger for cell in self.cells if cell.hedger is not None]
 
     @property
     def transfers(self) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from distsim.cluster.cluster import NO_FRONTEND, Cluster, Routes
+from distsim.cluster.hedging import Hedger
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
@@ -151,6 +152,10 @@ def assemble(
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo, suffix)
     if any(getattr(policy, "reads_signals", False) for policy in (routes.router, routes.decode_router, admission)):
         board.enable_push()  # live or scraped: O(1) pushes per change beat O(instances) pulls per read
+    hedger = None
+    if policy.hedge.enabled:
+        hedger = Hedger(policy.hedge, slo.ttft_ms, instances[0].index, stream(seed, "hedge" + suffix))
     return Cluster(
-        instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder, frontend or NO_FRONTEND
-    )
+        instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder,
+        frontend or NO_FRONTEND, hedger,
+    )  # fmt: skip

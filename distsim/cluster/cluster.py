@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from distsim.cluster.data_parallel import DataParallelBalancer
+from distsim.cluster.hedging import Hedger
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
@@ -86,6 +87,7 @@ class Cluster(Intake):
         loop: EventLoop,
         recorder: Recorder,
         frontend: FrontendSettings = NO_FRONTEND,
+        hedger: Hedger | None = None,
     ):
         self.loop, self.recorder = loop, recorder
         self.instances, self.pool_of = instances, pool_of
@@ -106,6 +108,7 @@ class Cluster(Intake):
         self.dp = DataParallelBalancer(instances, state.in_transit) if DataParallelBalancer.needed(instances) else None
         for inst in instances:
             inst.on_done, inst.on_prefilled, inst.on_reserved = self._on_done, self._on_prefilled, self._on_reserved
+        self._wire_hedger(hedger)
         self.decisions: list[tuple] = []
         self.arrived = 0  # requests that entered this cluster
         self.recorded = 0  # of them, recorded with their final status
@@ -118,6 +121,15 @@ class Cluster(Intake):
         self._decode_target: dict[int, int] = {}
         self._transit: dict[int, Request] = {}
         self._in_transfer: dict[int, Request] = {}
+
+    def _wire_hedger(self, hedger: Hedger | None) -> None:
+        """Hedging (policy.hedge): the hedger's timers come here, and the instances report first tokens
+        and cancelled copies."""
+        self.hedger = hedger
+        if hedger is not None:
+            hedger.on_timer = self._hedge
+            for inst in self.instances:
+                inst.on_first_token, inst.on_aborted = self._on_first_token, self._on_aborted
 
     @property
     def num_instances(self) -> int:
@@ -154,6 +166,12 @@ class Cluster(Intake):
             self._decode_target[req.request_id] = decode
             self.state.outstanding[decode] += 1
             req.prefill_instance = target + self.base
+        self._dispatch(req, target, now)
+        if self.hedger is not None:
+            self.loop.schedule(now + self.hedger.delay_us(req), PRIO_CLUSTER, self.hedger.timer, (req, target))
+
+    def _dispatch(self, req: Request, target: int, now: int) -> None:
+        """Send a routed request (or a hedge's copy) to instance ``target``, after the dispatch delay."""
         self.state.outstanding[target] += 1
         if self.prefix_index is not None and req.block_hashes:
             self.prefix_index.record(target, req.block_hashes)
@@ -186,8 +204,9 @@ class Cluster(Intake):
 
     def _deliver(self, now: int, item: tuple[Request, int]) -> None:
         req, target = item
+        if self._transit.pop(req.request_id, None) is None:
+            return  # a hedge's copy cancelled on its way
         self.state.in_transit[target] -= 1
-        del self._transit[req.request_id]
         self.instances[target].enqueue(req, now)
 
     def _on_done(self, req: Request) -> None:
@@ -197,11 +216,84 @@ class Cluster(Intake):
         decode = self._decode_target.pop(req.request_id, None)
         if decode is not None:  # P/D: refused or dropped by its prefill instance, never sent to decode
             self.state.outstanding[decode] -= 1
+        if self.hedger is not None:
+            req = self.hedger.settle(req, self._work_of(req))
+            if req is None:
+                return  # another copy stands for it
         self._record(req)
 
     def _record(self, req: Request) -> None:
         self.recorded += 1
         self.recorder.done(req)
+        if self.hedger is not None and self._exhausted and self.recorded == self.arrived:
+            self.loop.drop(self.hedger)  # every request is recorded: its pending hedge timers must not run on
+
+    # ------------------------------------------------------------------ hedging (distsim.cluster.hedging)
+    def _hedge(self, now: int, item: tuple[Request, int]) -> None:
+        """The hedge timer of a request: still no first token, so another copy goes out (and the timer is
+        set again while copies are left)."""
+        req, first_target = item
+        hedger = self.hedger
+        if not hedger.wants_copy(req):
+            return
+        target = self._copy_target(req, hedger.taken(req, first_target))
+        if target is None:
+            return  # every instance has a copy
+        copy = hedger.new_copy(req, first_target, target)
+        if self.trace:
+            self.decisions.append((now, req.request_id, "hedge", target + self.base, None, None, None, None))
+        self._dispatch(copy, target, now)
+        if hedger.wants_copy(req):
+            self.loop.schedule(now + hedger.delay_us(req), PRIO_CLUSTER, hedger.timer, item)
+
+    def _copy_target(self, req: Request, taken: list[int]) -> int | None:
+        """Where a copy goes (this cluster's numbering): by ``policy.hedge.target`` among the instances
+        without a copy of ``req`` (engines chosen directly, past any data-parallel balancer)."""
+        view = self.entry_view
+        free = ~np.isin(view.members, taken)
+        candidates = np.flatnonzero(free)
+        if candidates.size == 0:
+            return None
+        how = self.hedger.settings.target
+        if how == "least_outstanding":
+            pos = candidates[np.argmin(view.outstanding()[candidates])]
+        elif how == "random":
+            pos = candidates[self.hedger.rng.integers(candidates.size)]
+        else:  # the router's choice; when it names a taken instance, its best-scored (else next) free one
+            pos = self.router.route(req, view)
+            if not free[pos]:
+                scores = getattr(self.router, "last_scores", None)
+                if scores is not None:
+                    pos = candidates[np.argmax(np.asarray(scores)[candidates])]
+                else:
+                    pos = candidates[np.searchsorted(candidates, pos) % candidates.size]
+        return int(view.members[pos])
+
+    def _on_first_token(self, req: Request, now: int) -> None:
+        """A copy answered: if first of its request's copies, the others are cancelled now."""
+        for copy in self.hedger.first_token(req):
+            if self._transit.pop(copy.request_id, None) is not None:  # still on its way: it never arrives
+                target = self.hedger.target_of(copy)
+                self.state.in_transit[target] -= 1
+                self.state.outstanding[target] -= 1
+                self.hedger.cancelled_copy(copy, None)
+            else:
+                self.instances[copy.instance - self.base].cancel(copy, now)
+
+    def _on_aborted(self, req: Request, now: int) -> None:
+        """An instance let a cancelled copy go (its blocks are free)."""
+        self.state.outstanding[req.instance - self.base] -= 1
+        self.hedger.cancelled_copy(req, self._work_of(req))
+
+    def _work_of(self, req: Request) -> tuple[int, tuple[int, int]] | None:
+        """A copy's instance (global number) and its work there, or None while it is being dispatched."""
+        if req.instance < 0:
+            return None
+        return req.instance, self.instances[req.instance - self.base].work_done(req)
+
+    @property
+    def hedgers(self) -> list[Hedger]:
+        return [] if self.hedger is None else [self.hedger]
 
     # ------------------------------------------------------------------ P/D hand-off
     def _on_prefilled(self, req: Request, now: int) -> None:
@@ -250,6 +342,8 @@ class Cluster(Intake):
             pending.update(inst.loading)
         pending.update(self._transit)
         pending.update(self._in_transfer)
+        if self.hedger is not None:  # a request's copies collapse into one record
+            pending = self.hedger.at_horizon(pending, self._work_of)
         for rid in sorted(pending):
             req = pending[rid]
             req.status = Status.UNFINISHED
@@ -287,11 +381,27 @@ class Cluster(Intake):
         for inst in self.instances:
             if not set(inst.reserved) <= set(self._in_transfer) or not set(inst.held) <= handing_off:
                 raise SimulationError(f"INV-11: instance {inst.index}: blocks reserved or held for a request not in a hand-off")
+        if self.hedger is not None:
+            places = self._check_hedges(places)
         if self.arrived != self.recorded + len(places):
             raise SimulationError(
                 f"INV-1: requests not conserved: {self.arrived} arrived != {self.recorded} recorded + {len(places)} in flight"
             )
         return places
+
+    def _check_hedges(self, places: dict[int, str]) -> dict[int, str]:
+        """INV-19: once a copy of a hedged request has answered, every other copy is being cancelled (it
+        leaves at its instance's next step boundary, or when its CPU load lands). Returns the places by
+        request: copies in flight stand for their request until it is recorded."""
+        cancelling = {r.request_id for inst in self.instances for r in inst.aborts}
+        for inst in self.instances:
+            cancelling |= inst.abort_loads
+        for rid in places:
+            group = self.hedger.by_id.get(rid)
+            if group is not None and group.winner >= 0 and group.copies[group.winner].request_id != rid:
+                if rid not in cancelling:
+                    raise SimulationError(f"INV-19: request {group.copies[0].request_id}: copy {rid} still served after another answered")
+        return self.hedger.in_flight(places)
 
     def decision_table(self):
         return decision_table(self.decisions)

@@ -14,10 +14,12 @@ import math
 from typing import Any
 
 from distsim.config.settings import (
+    HEDGE_TARGETS,
     SIGNALS,
     CellSettings,
     FitnessSettings,
     FrontendSettings,
+    HedgeSettings,
     PolicyChoice,
     PolicySettings,
     SignalSettings,
@@ -174,7 +176,35 @@ def policy(cfg: Any) -> PolicySettings:
 
     routing = _policy_choice(cfg.routing, "policy.routing", ROUTERS)
     admission = _policy_choice(cfg.admission, "policy.admission", ADMISSIONS)
-    return PolicySettings(routing, admission, bool(cfg.trace_decisions))
+    return PolicySettings(routing, admission, bool(cfg.trace_decisions), hedge(cfg.hedge))
+
+
+def hedge(cfg: Any) -> HedgeSettings:
+    """``policy.hedge.*``: one delay (a fraction of the TTFT SLO, or milliseconds), the copies, the target."""
+    key = "policy.hedge"
+    if cfg.delay_slo_fraction is not None and cfg.delay_ms is not None:
+        raise ConfigError(f"{key}.delay_ms", "give delay_slo_fraction or delay_ms, not both")
+    fraction = None if cfg.delay_slo_fraction is None else positive(f"{key}.delay_slo_fraction", cfg.delay_slo_fraction)
+    delay = None if cfg.delay_ms is None else ms_to_us(f"{key}.delay_ms", cfg.delay_ms)
+    copies = integer(f"{key}.max_copies", cfg.max_copies, low=2)
+    return HedgeSettings(fraction, delay, copies, choice(f"{key}.target", cfg.target, HEDGE_TARGETS))
+
+
+def hedging_fits(policy: PolicySettings, pools: Any, slo: SloDefaults) -> None:
+    """Hedging copies a request onto another instance of a mixed cluster: P/D is refused (a copy would
+    need a pair of instances and a transfer to cancel), and one engine leaves nowhere to copy to. A delay
+    in SLO fractions needs a finite TTFT SLO."""
+    if not policy.hedge.enabled:
+        return
+    if policy.hedge.slo_fraction is not None and not math.isfinite(slo.ttft_ms):
+        raise ConfigError(
+            "policy.hedge.delay_slo_fraction",
+            "needs a TTFT SLO: set workload.slo.ttft_ms (or give policy.hedge.delay_ms instead)",
+        )
+    if any(p.role != "mixed" for p in pools):
+        raise ConfigError("policy.hedge", "hedging needs mixed pools; P/D disaggregation (prefill and decode pools) is not supported")
+    if sum(p.count * p.data_parallel_size for p in pools) < 2:
+        raise ConfigError("policy.hedge", "hedging needs at least two instances to copy a request to")
 
 
 def prefix_routing_needs_caching(policy: PolicySettings, pools: Any) -> None:

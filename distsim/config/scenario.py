@@ -72,4 +72,5 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
 
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
     slo = checks.slo_defaults(cfg.workload)
+    checks.hedging_fits(policy, pools, slo)
     return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells)

@@ -188,10 +188,23 @@ AdmissionConfig = _policy_node("AdmissionConfig", [("kind", str, "always"), ("la
 
 
 @dataclass
+class HedgeConfig:
+    """Hedged requests (distsim.cluster.hedging): a request still without its first token after the delay
+    gets a copy on another instance; the first copy to answer wins and the others are cancelled. Off
+    unless one of the delays is set."""
+
+    delay_slo_fraction: float | None = None  # of the request's TTFT SLO (its class's, else workload.slo)
+    delay_ms: float | None = None  # a fixed delay instead
+    max_copies: int = 2  # the request and its hedges; each further copy waits another delay
+    target: str = "router"  # router | least_outstanding | random: where a copy goes
+
+
+@dataclass
 class PolicyConfig:
     name: str = "round_robin"
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    hedge: HedgeConfig = field(default_factory=HedgeConfig)
     trace_decisions: bool = False  # write decisions.parquet: every candidate's score and the regret
 
 

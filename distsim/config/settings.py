@@ -73,11 +73,30 @@ class PolicyChoice:
     latency_us: int = 0
 
 
+HEDGE_TARGETS = ("router", "least_outstanding", "random")
+
+
+@dataclass(frozen=True)
+class HedgeSettings:
+    """Hedged requests: after ``delay_us`` (or ``slo_fraction`` of the request's TTFT SLO) without a first
+    token, another copy, up to ``max_copies`` in all, goes to an instance chosen by ``target``."""
+
+    slo_fraction: float | None = None
+    delay_us: int | None = None
+    max_copies: int = 2
+    target: str = "router"
+
+    @property
+    def enabled(self) -> bool:
+        return self.slo_fraction is not None or self.delay_us is not None
+
+
 @dataclass(frozen=True)
 class PolicySettings:
     routing: PolicyChoice
     admission: PolicyChoice
     trace_decisions: bool = False
+    hedge: HedgeSettings = HedgeSettings()
 
     @property
     def dispatch_us(self) -> int:

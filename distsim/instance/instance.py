@@ -98,6 +98,7 @@ class Instance:
         self.decoders = DecodeSet(params.block_size)
         self._event = self._on_event  # bound once: every step schedules it
         self._set_handoff()
+        self._set_cancellation()
 
     def _set_engine(self, params: EngineParams) -> None:
         """The engine settings under the short names the hot path reads, the KV cache and the queues."""
@@ -127,6 +128,14 @@ class Instance:
         self.reserved: dict[int, Request] = {}
         self.landed: deque[Request] = deque()
         self.on_reserved: Callable[[Request, int], None] | None = None
+
+    def _set_cancellation(self) -> None:
+        """Hedging (distsim.cluster.hedging): the cluster hears of each first token, and cancels copies.
+        Cancelled running requests leave at the next step boundary, loading ones when their load lands."""
+        self.on_first_token: Callable[[Request, int], None] | None = None
+        self.on_aborted: Callable[[Request, int], None] | None = None
+        self.aborts: list[Request] = []
+        self.abort_loads: set[int] = set()
 
     def attach(self, board) -> None:
         """Push state changes to ``board`` from now on (only when a policy reads signals live)."""
@@ -212,6 +221,8 @@ class Instance:
             return  # a run that was cut short
         if self.plan.steps:
             self._apply_plan(now)
+        if self.aborts:
+            self._apply_aborts(now)
         self._plan_next(now)
         if self.board is not None:
             self.publish_to(self.board)
@@ -250,7 +261,7 @@ class Instance:
         plan.steps = 0
         chunks = plan.chunks
         if chunks:
-            self._apply_prefill_chunks(now, chunks)
+            self._apply_prefill_chunks(now, chunks, plan.dur_us, b)
             plan.chunks = []
         heap = dec.finish_heap
         if heap and heap[0][0] <= last:
@@ -258,20 +269,24 @@ class Instance:
                 req.generated = req.output_tokens
                 self._finish(req, now, dec.private_blocks(req, last))
 
-    def _apply_prefill_chunks(self, now: int, chunks: list[tuple[Request, int]]) -> None:
+    def _apply_prefill_chunks(self, now: int, chunks: list[tuple[Request, int]], dur_us: int, decoders: int) -> None:
         """The planned step computed these prefill chunks: cache full blocks, emit first tokens."""
         stats = self.stats
         any_done = False
+        tokens = 0
         for req, n in chunks:
             seq = req.seq
             seq.computed += n
-            stats.prefill_tokens += n
+            seq.prefilled += n
+            tokens += n
             if self.caching and req.block_hashes is not None:
                 self._cache_full_blocks(req, seq, now)
             if seq.computed < req.prompt_tokens + req.generated:
                 continue  # more chunks to go
             any_done = True
             self._prefill_done(req, now)
+        stats.prefill_tokens += tokens
+        stats.prefill_busy_us += dur_us * tokens / (tokens + decoders)
         if any_done:
             # a request handed off may already hold its decode instance's state (WAITING): not PREFILL
             prefilling = self.prefilling
@@ -296,6 +311,8 @@ class Instance:
         req.generated += 1
         if req.first_token_us < 0:
             req.first_token_us = now
+            if self.on_first_token is not None:
+                self.on_first_token(req, now)
         else:
             self.stats.itl_single.append(now - req.last_token_us)  # first token after a recompute
         req.last_token_us = now
@@ -675,7 +692,8 @@ class Instance:
 
     def _cpu_load_done(self, now: int, req: Request) -> None:
         """A load has landed: its blocks join the GPU prefix cache (evictable, most recent first) and the
-        request goes back to the front of the queue, where its next admission finds them computed."""
+        request goes back to the front of the queue, where its next admission finds them computed (or,
+        cancelled meanwhile, leaves: the blocks stay cached)."""
         del self.loading[req.request_id]
         seq = req.seq
         hashes = req.block_hashes
@@ -684,6 +702,14 @@ class Instance:
         self.cpu.finish_load(hashes, lo, hi)
         seq.private_blocks -= self.kv.register(hashes[lo:hi], seq.shared_blocks)  # a duplicate stays private
         self.kv.release(seq.shared_blocks, seq.private_blocks)
+        if req.request_id in self.abort_loads:
+            self.abort_loads.discard(req.request_id)
+            seq.clear(DONE)
+            self.on_aborted(req, now)
+            self._publish()
+            if not self.busy and self.waiting:
+                self._wake(now)
+            return
         seq.clear(WAITING)
         self.waiting.appendleft(req)
         self.waiting_tokens += req.prompt_tokens + req.generated
@@ -692,6 +718,56 @@ class Instance:
             self._wake(now)
         else:
             self._cut_run(now)
+
+    # ------------------------------------------------------------------ cancellation (hedging)
+    def cancel(self, req: Request, now: int) -> None:
+        """Stop serving ``req`` (a hedge's losing copy), as vLLM aborts a request between engine steps: at
+        once if it waits in the queue, when its load lands if it loads from the CPU tier, else at the end
+        of the step in flight (whose work for it is spent; a run is cut there). ``on_aborted`` fires once
+        it is gone and its blocks are free. A request already finished here is left alone."""
+        seq = req.seq
+        if seq.phase == DONE or req in self.aborts:
+            return
+        if req.request_id in self.loading:
+            self.abort_loads.add(req.request_id)
+        elif seq.phase == WAITING:
+            self.waiting.remove(req)
+            self.waiting_tokens -= req.prompt_tokens + req.generated
+            seq.phase = DONE
+            self._publish_queue()
+            self.on_aborted(req, now)
+        else:
+            self.aborts.append(req)
+            plan = self.plan
+            if plan.ends_us is not None and plan.cut(now):
+                self.version = version = self.version + 1
+                self.loop.schedule(plan.end_us, self.priority, self._event, version)
+
+    def _apply_aborts(self, now: int) -> None:
+        """At a step boundary: the cancelled running requests leave, freeing their blocks (as a
+        preemption does, without going back to the queue)."""
+        c = self.step_index
+        aborts, self.aborts = self.aborts, []
+        for req in aborts:
+            seq = req.seq
+            if seq.phase == DONE:
+                continue  # it finished in the step that just ended (the cluster heard of it)
+            if seq.phase == DECODE:
+                self.decoders.leave(req)
+                req.generated = seq.decode_offset + c
+                private = self.decoders.private_blocks(req, c - 1)
+            else:
+                private = seq.private_blocks
+                self.prefilling.remove(req)
+            self.kv.release(seq.shared_blocks, private)
+            seq.clear(DONE)
+            del self.running[req.request_id]
+            self.on_aborted(req, now)
+
+    def work_done(self, req: Request) -> tuple[int, int]:
+        """The prompt tokens computed here for ``req`` (recomputes included) and the tokens it generated."""
+        seq = req.seq
+        return (seq.prefilled if seq is not None else 0), req.generated
 
     def run_blocks_by(self, now: int) -> int:
         """Blocks the fast-forwarded run has taken by ``now`` beyond its first step (for live signals)."""

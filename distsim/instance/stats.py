@@ -12,6 +12,7 @@ class InstanceStats:
 
     __slots__ = (
         "busy_us",
+        "prefill_busy_us",
         "steps",
         "prefill_tokens",
         "decode_tokens",
@@ -35,6 +36,7 @@ class InstanceStats:
 
     def __init__(self):
         self.busy_us = 0
+        self.prefill_busy_us = 0.0  # of busy_us, each step's share by tokens that its prefill chunks took
         self.steps = 0
         self.prefill_tokens = 0
         self.decode_tokens = 0

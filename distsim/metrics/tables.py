@@ -40,6 +40,10 @@ def measure(
             "gb": rnd(cluster.transfer_bytes_total / 1e9, 6),
         }
     summary["signals"] = {"scrapes": cluster.board.scrapes}
+    if getattr(cluster, "hedgers", None):  # hedging on: its request columns and summary section
+        from distsim.metrics.hedging import add_hedging
+
+        summary["hedging"] = add_hedging(table, instances, cluster)
     return table, instances, summary
 
 

@@ -35,5 +35,13 @@ class KeyedQueue:
     def popleft(self) -> Request:
         return heapq.heappop(self._heap)[2]
 
+    def remove(self, req: Request) -> None:
+        """Take ``req`` out wherever it is (a cancelled request); O(n), as deque.remove."""
+        heap = self._heap
+        i = next(i for i, entry in enumerate(heap) if entry[2] is req)
+        heap[i] = heap[-1]
+        heap.pop()
+        heapq.heapify(heap)
+
     def __iter__(self):
         return (entry[2] for entry in sorted(self._heap))
