@@ -83,11 +83,15 @@ def test_a_window_does_not_change_the_simulation():
     assert windowed.summary["sim"]["events"] == plain.summary["sim"]["events"]
 
 
-def test_a_window_over_the_whole_run_gives_the_summary_without_one():
+SCHEDULED = ["cluster.autoscale.kind=scheduled", "cluster.autoscale.max=4", "cluster.autoscale.schedule=[[3,4],[8,2]]"]
+
+
+@pytest.mark.parametrize("keys", [["cluster.instances=2"], ["cluster.instances=2", *SCHEDULED]], ids=["fixed", "autoscaled"])
+def test_a_window_over_the_whole_run_gives_the_summary_without_one(keys):
     """Every request measured, the span the run's: every figure (ITL and GPU utilisation from the
-    snapshots included) equals the plain run's."""
-    plain = run("cluster.instances=2")
-    whole = run("cluster.instances=2", "sim.measure_s=100000")
+    snapshots included; with autoscaling, the cost of the replicas billed) equals the plain run's."""
+    plain = run(*keys)
+    whole = run(*keys, "sim.measure_s=100000")
     assert bool(whole.requests["measured"].all())
     summary = dict(whole.summary)
     assert summary.pop("window")["excluded_before"] == 0

@@ -19,7 +19,8 @@ The rules, one per kind of figure:
   many single steps and recompute gaps it has recorded; a fast-forwarded run keeps every step's end
   time, so its gaps are picked by time. Cost is the fleet's price over the span.
 - **Whole run**: instances.parquet, and summary.json's ``cpu_kv``, ``kv_transfer``, ``signals``,
-  ``cells`` and ``workload``; ``sim.simulated_s`` stays the run's own length.
+  ``cells`` and ``workload``; ``sim.simulated_s`` stays the run's own length. With autoscaling, cost and
+  GPU-hours follow the replicas billed within the span (``autoscale``'s scale counts and peak are the run's).
 """
 
 from __future__ import annotations
@@ -98,7 +99,15 @@ class WindowProbe:
         rows = take_rows(table, measured)
         fleet = self.fleet_table(instances, cluster, rows)
         itl_values, itl_weights = self.itl_samples(cluster)
-        summary = summarize(rows, fleet, itl_values, itl_weights, seed=seed, events=events, start_us=start_us, end_us=stop_us)
+        autoscaler = getattr(cluster, "autoscaler", None)  # cost follows the replicas billed within the span
+        billed_s = autoscaler.billed_s(start_us, stop_us) if autoscaler is not None else None
+        summary = summarize(
+            rows, fleet, itl_values, itl_weights, seed=seed, events=events, start_us=start_us, end_us=stop_us, billed_s=billed_s
+        )
+        if autoscaler is not None:  # its GPU-hours, cost and mean replicas over the span too
+            from distsim.metrics.autoscale import autoscale_summary
+
+            summary["autoscale"] = autoscale_summary(autoscaler, instances, start_us, stop_us)
         run_start = cluster.first_arrival_us or 0
         summary["sim"]["simulated_s"] = rnd(max(end_us - run_start, 1) / 1e6, 6)  # the run's own length
         if "cpu_kv" in summary:  # the tier's counters are the whole run's: so is its hit rate
