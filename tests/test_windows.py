@@ -74,13 +74,17 @@ def test_summary_figures_are_those_of_the_measured_rows():
     assert s["sim"]["simulated_s"] == run().summary["sim"]["simulated_s"]  # the run's own length
 
 
-def test_a_window_does_not_change_the_simulation():
-    """Pausing the loop at the window's edges changes nothing: the same tables, the same events."""
-    plain = run()
-    windowed = run("sim.warmup_s=3", "sim.measure_s=5")
+@pytest.mark.parametrize("keys", [[], ["policy.hedge.delay_ms=50"]], ids=["plain", "hedged"])
+def test_a_window_does_not_change_the_simulation(keys):
+    """Pausing the loop at the window's edges changes nothing: the same tables, the same events (hedge
+    timers and cancellations included); the hedging section counts the measured requests."""
+    plain = run(*keys)
+    windowed = run(*keys, "sim.warmup_s=3", "sim.measure_s=5")
     pd.testing.assert_frame_equal(without_measured(windowed.requests), plain.requests)
     pd.testing.assert_frame_equal(windowed.instances, plain.instances)
     assert windowed.summary["sim"]["events"] == plain.summary["sim"]["events"]
+    if keys:
+        assert windowed.summary["hedging"]["requests"] == windowed.summary["window"]["measured"]
 
 
 SCHEDULED = ["cluster.autoscale.kind=scheduled", "cluster.autoscale.max=4", "cluster.autoscale.schedule=[[3,4],[8,2]]"]

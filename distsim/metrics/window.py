@@ -20,7 +20,8 @@ The rules, one per kind of figure:
   time, so its gaps are picked by time. Cost is the fleet's price over the span.
 - **Whole run**: instances.parquet, and summary.json's ``cpu_kv``, ``kv_transfer``, ``signals``,
   ``cells`` and ``workload``; ``sim.simulated_s`` stays the run's own length. With autoscaling, cost and
-  GPU-hours follow the replicas billed within the span (``autoscale``'s scale counts and peak are the run's).
+  GPU-hours follow the replicas billed within the span (``autoscale``'s scale counts and peak are the run's);
+  with hedging, its section counts the measured requests (distsim.metrics.hedging reads the column).
 """
 
 from __future__ import annotations
