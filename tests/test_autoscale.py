@@ -57,6 +57,7 @@ def checked(probe=None):
 
     def after(sim, now):
         sim.cluster.check_invariants()
+        sim.cluster.autoscaler.check_invariants()
         sim.checks += 1
         if probe is not None:
             probe(sim, now)
@@ -284,6 +285,7 @@ def test_without_autoscaling_nothing_changes_and_no_timeline_is_left(tmp_path):
          "cluster.autoscale.interval_s"),
         (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "cluster=heterogeneous"], "cluster.autoscale.kind"),
         (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "cluster.cells.count=2"], "cluster.autoscale.kind"),
+        (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "sim.warmup_s=10"], "sim.warmup_s"),
     ],
 )
 def test_bad_autoscaling_names_the_key(overrides, key):

@@ -27,6 +27,7 @@ from distsim.autoscale.membership import Membership
 from distsim.autoscale.probe import CompletionWatch, PoolProbe
 from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING, PoolReplicas, Replica
 from distsim.engine.loop import PRIO_AUTOSCALE
+from distsim.errors import SimulationError
 from distsim.instance.kv_cache import KVCache
 
 
@@ -184,6 +185,21 @@ class Autoscaler:
             for replica in sp.replicas.in_state(DRAINING):
                 self._check(now, (sp, replica))
         self.loop.drop(self)
+
+    def check_invariants(self) -> None:
+        """INV-19: only serving replicas are candidates; INV-20: a replica that is off holds no request
+        (one provisioning cannot have been sent any). Raises SimulationError (the tests call it per event)."""
+        members = set()
+        for view, _, _ in self.membership.groups:
+            members.update(int(m) for m in view.members)
+        state = self.cluster.state
+        for sp in self.pools:
+            for replica in sp.replicas.replicas:
+                for e in replica.engines:
+                    if (e in members) != (replica.state == SERVING):
+                        raise SimulationError(f"INV-19: instance {e} ({replica.state}) is a candidate: {e in members}")
+                    if replica.state in (OFF, PROVISIONING) and not engine_idle(self.instances[e], state, e):
+                        raise SimulationError(f"INV-20: instance {e} is {replica.state} but holds requests")
 
     def billed_s(self, start_us: int, end_us: int) -> np.ndarray:
         """Seconds each instance was billed within the run's span: the whole span for a fixed pool's."""

@@ -59,13 +59,18 @@ def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_by
     )
 
 
-def refuse_with_cells(cells: Any, pools: Any) -> None:
-    """Autoscaling is not modelled with cells (each cell's share of a pool would scale on its own)."""
-    if not cells.enabled:
+def refuse_unsupported(cells: Any, sim: Any, pools: Any) -> None:
+    """Autoscaling is not modelled with cells (each cell's share of a pool would scale on its own), and a
+    measurement window does not yet bill the replicas that ran within it: both are refused, naming the key."""
+    scaled = next((pool for pool in pools if pool.autoscale is not None), None)
+    if scaled is None:
         return
-    for pool in pools:
-        if pool.autoscale is not None:
-            raise ConfigError(
-                f"{pool.autoscale.key}.kind",
-                f"autoscaling is not supported with cells (cluster.cells.count = {cells.count}); set it to 1",
-            )
+    if cells.enabled:
+        raise ConfigError(
+            f"{scaled.autoscale.key}.kind",
+            f"autoscaling is not supported with cells (cluster.cells.count = {cells.count}); set it to 1",
+        )
+    if getattr(sim, "window", None) is not None:
+        raise ConfigError(
+            "sim.warmup_s", f"a measurement window is not supported with autoscaling ({scaled.autoscale.key}.kind) yet"
+        )

@@ -54,7 +54,7 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     ``requests`` replaces the configured workload (tests and validation feed exact request lists);
     the workload config is then not read.
     """
-    from distsim.autoscale.settings import refuse_with_cells
+    from distsim.autoscale.settings import refuse_unsupported
     from distsim.cluster.pools import resolve_pools
 
     sim = checks.sim(cfg)
@@ -66,7 +66,7 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     pools = tuple(resolve_pools(cfg.cluster))
     checks.prefix_routing_needs_caching(policy, pools)
     cells = checks.cells(cfg.cluster.cells, pools)
-    refuse_with_cells(cells, pools)
+    refuse_unsupported(cells, sim, pools)
     if requests is None:
         from distsim.workload import build_workload
 

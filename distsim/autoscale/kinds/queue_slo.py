@@ -28,7 +28,7 @@ from distsim.config import checks
 class QueueSloParams(ScalerParams):
     queue_per_replica: float = 4.0  # scale up above this many queued requests per serving replica
     max_ttft_miss_rate: float = 0.05  # scale up above this share of recent completions missing the TTFT SLO
-    scale_down_outstanding: float = 2.0  # scale down below this many outstanding requests per serving replica
+    scale_down_outstanding: float = 8.0  # scale down below this many outstanding requests per serving replica
 
     def check(self, key: str) -> None:
         checks.positive(f"{key}.queue_per_replica", self.queue_per_replica)
