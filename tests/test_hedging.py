@@ -1,5 +1,5 @@
 """Hedged requests (policy.hedge, distsim.cluster.hedging): a hand-computed hedge that wins, a request
-recorded exactly once with every copy's blocks freed and the invariants (INV-1, INV-2, INV-19) checked
+recorded exactly once with every copy's blocks freed and the invariants (INV-1, INV-2, INV-22) checked
 after every event, cancellation in each place a copy can be (queue, running prefill or decode, CPU load,
 dispatch), fast-forward exactness, a hedge that never fires changing nothing, the outputs, determinism and
 bad input."""

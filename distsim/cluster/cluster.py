@@ -390,7 +390,7 @@ class Cluster(Intake):
         return places
 
     def _check_hedges(self, places: dict[int, str]) -> dict[int, str]:
-        """INV-19: once a copy of a hedged request has answered, every other copy is being cancelled (it
+        """INV-22: once a copy of a hedged request has answered, every other copy is being cancelled (it
         leaves at its instance's next step boundary, or when its CPU load lands). Returns the places by
         request: copies in flight stand for their request until it is recorded."""
         cancelling = {r.request_id for inst in self.instances for r in inst.aborts}
@@ -400,7 +400,7 @@ class Cluster(Intake):
             group = self.hedger.by_id.get(rid)
             if group is not None and group.winner >= 0 and group.copies[group.winner].request_id != rid:
                 if rid not in cancelling:
-                    raise SimulationError(f"INV-19: request {group.copies[0].request_id}: copy {rid} still served after another answered")
+                    raise SimulationError(f"INV-22: request {group.copies[0].request_id}: copy {rid} still served after another answered")
         return self.hedger.in_flight(places)
 
     def decision_table(self):
