@@ -117,7 +117,7 @@ class WindowProbe:
         summary["window"] = {
             "start_ms": rnd(self.window.start_us / 1000.0),
             "end_ms": None if self.window.end_us is None else rnd(self.window.end_us / 1000.0),
-            "span_s": rnd(max(stop_us - start_us, 1) / 1e6, 6),  # what the rates divide by
+            "span_s": rnd((stop_us - start_us) / 1e6, 6),  # what the rates divide by (0: the run ended before it)
             "measured": int(measured.sum()),
             "excluded_before": int(before.sum()),
             "excluded_after": int(after.sum()),
