@@ -7,6 +7,9 @@ bad input."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
+import os
 
 import numpy as np
 import pandas as pd
@@ -186,6 +189,30 @@ def test_the_summary_and_columns_agree_and_runs_are_deterministic():
     assert h["wasted_gpu_s"] == pytest.approx(req["wasted_gpu_s"].sum(), abs=1e-4)
     assert (req.loc[req["copies"] == 1, "wasted_gpu_s"] == 0).all()
     assert a.summary["requests"]["completed"] == 300
+
+
+def test_hedged_jobs_on_ray_equal_the_same_runs_in_process(tmp_path):
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    from distsim.runner.api import sweep
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        hedge = ["policy.hedge.delay_slo_fraction=0.2", "policy.hedge.target=random", "seed=0,1"]
+        outcome = sweep([*BASE, *hedge], tmp_path, num_workers=2, progress=False, echo=False)
+    finally:
+        if started:
+            ray.shutdown()
+    assert outcome.ok == 2 and outcome.failed == 0
+    for _, row in pd.read_parquet(tmp_path / "results.parquet").iterrows():
+        job = tmp_path / str(row["job"])
+        alone = simulate(load_config(row["overrides"].split()))
+        assert (job / "summary.json").read_text() == summary_json(alone.summary)
+        assert json.loads((job / "summary.json").read_text())["hedging"]["hedged"] > 0
+        pd.testing.assert_frame_equal(pd.read_parquet(job / "requests.parquet"), alone.requests)
 
 
 def test_hedging_runs_inside_cells():
