@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
+from raykit import sweep_on_local_ray
 from simkit import FAKE_HW, engine, run, tiny_model
 
 from distsim import load_config, simulate
@@ -20,7 +21,7 @@ from distsim.autoscale.replicas import OFF, SERVING
 from distsim.autoscale.schema import AutoscaleConfig
 from distsim.autoscale.settings import resolve_autoscale
 from distsim.cluster.pools import PoolSpec
-from distsim.errors import ConfigError
+from distsim.errors import ConfigError, SimulationError
 from distsim.instance.latency.linear import LinearLatency
 from distsim.policies.base import PolicyContext
 from distsim.policies.cost_escalation import CostEscalation, CostEscalationParams
@@ -136,6 +137,22 @@ def test_pd_pools_scale_their_own_role_and_every_request_completes():
     assert list(sim.cluster.decode_view.members) == [int(df[df["arrival_ms"] > 200]["instance"].unique().item())]
 
 
+def test_a_data_parallel_replica_scales_as_one_and_the_checks_catch_a_stray_candidate():
+    spec = pool(2, kind="scheduled", min=1, max=3, schedule=[[0.02, 3], [0.12, 1]], provision_s=0.03,
+                interval_s=1.0, cooldown_s=0.0)
+    spec = PoolSpec(**{**vars(spec), "data_parallel_size": 2})  # each replica is two engines
+    sim = run(steady(300, MS, output=60), pools=[spec], after_event=checked())
+    df = sim.recorder.table()
+    assert (df["status"] == "completed").all()
+    assert set(df["instance"]) == set(range(6))  # the third replica's two engines served once ready
+    assert df[df["instance"] >= 4]["arrival_ms"].min() >= 50.0
+    assert len(sim.cluster.entry_view.members) == 2  # one replica left: its two engines
+    replica = sim.cluster.autoscaler.pools[0].replicas.replicas[0]
+    replica.state = "off" if replica.state == SERVING else SERVING  # out of step with the views
+    with pytest.raises(SimulationError, match="INV-19"):
+        sim.cluster.autoscaler.check_invariants()
+
+
 # ---------------------------------------------------------------------------------- the kinds' rules
 def probe(serving=4, provisioning=0, target=None, now_us=0, **means):
     """A stand-in for PoolProbe: ``means`` per signal; ``outstanding`` given as a per-replica list."""
@@ -240,6 +257,16 @@ def test_the_same_seed_gives_identical_outputs(burst):
     assert summary_json(again.summary) == summary_json(burst.summary)
     assert again.timeline.to_pandas().equals(burst.timeline.to_pandas())
     assert again.requests.equals(burst.requests)
+
+
+def test_autoscaled_jobs_on_ray_equal_the_same_runs_in_process(tmp_path):
+    outcome = sweep_on_local_ray([*QUEUE_SLO, "seed=0,1"], tmp_path)
+    assert outcome.ok == 2 and outcome.failed == 0
+    for _, row in pd.read_parquet(tmp_path / "results.parquet").iterrows():
+        job = tmp_path / str(row["job"])
+        alone = simulate(load_config(row["overrides"].split()))
+        assert (job / "summary.json").read_text() == summary_json(alone.summary)
+        assert pd.read_parquet(job / "instances_timeline.parquet").equals(alone.timeline.to_pandas())
 
 
 @pytest.mark.parametrize("kind", [["cluster.autoscale.kind=target_utilization", "cluster.autoscale.signal=running",
