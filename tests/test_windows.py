@@ -160,8 +160,8 @@ def test_bad_window_settings_name_their_key(overrides, key, needle):
     assert err.value.key == key and needle in err.value.message, str(err.value)
 
 
-def test_a_bad_window_on_the_command_line_is_one_line_and_status_2():
-    proc = run_module("distsim", "sim.drain_s=5", "hydra.run.dir=/tmp/distsim-never-written")
+def test_a_bad_window_on_the_command_line_is_one_line_and_status_2(tmp_path):
+    proc = run_module("distsim", "sim.drain_s=5", f"hydra.run.dir={tmp_path}")
     assert_user_error(proc, 2, "sim.drain_s", "needs sim.measure_s")
 
 
