@@ -21,6 +21,8 @@ from distsim.autoscale.replicas import OFF, SERVING
 from distsim.autoscale.schema import AutoscaleConfig
 from distsim.autoscale.settings import resolve_autoscale
 from distsim.cluster.pools import PoolSpec
+from distsim.config import checks
+from distsim.config.schema import PolicyConfig
 from distsim.errors import ConfigError, SimulationError
 from distsim.instance.latency.linear import LinearLatency
 from distsim.policies.base import PolicyContext
@@ -151,6 +153,17 @@ def test_a_data_parallel_replica_scales_as_one_and_the_checks_catch_a_stray_cand
     replica.state = "off" if replica.state == SERVING else SERVING  # out of step with the views
     with pytest.raises(SimulationError, match="INV-19"):
         sim.cluster.autoscaler.check_invariants()
+
+
+def test_hedged_copies_on_a_draining_replica_are_let_go_and_it_still_leaves():
+    node = OmegaConf.structured(PolicyConfig)
+    node.hedge.delay_ms = 0.5  # most requests get a copy, many of them on replicas about to drain
+    spec = pool(3, kind="scheduled", min=1, max=3, schedule=[[0.03, 1]], interval_s=1.0, cooldown_s=0.0)
+    sim = run(steady(200, MS, prompt=200), pools=[spec], policy_cfg=checks.policy(node), after_event=checked())
+    df = sim.recorder.table()
+    assert (df["status"] == "completed").all() and len(df) == 200
+    assert sim.cluster.hedger.copies_sent > 0
+    assert [r.state for r in sim.cluster.autoscaler.pools[0].replicas.replicas].count(OFF) == 2
 
 
 # ---------------------------------------------------------------------------------- the kinds' rules

@@ -1,7 +1,7 @@
 """Draining: a replica scaled down takes no new request (it is no longer a candidate) but finishes what it
 holds, then leaves. Its engines' completion callbacks are wrapped while it drains, so the controller
-checks for the end right after each request leaves it (a completion, a drop, or under P/D the end of a
-KV hand-off); the wrappers go when it leaves, so no other instance pays anything."""
+checks for the end right after each request leaves it (a completion, a drop, a hedged copy let go, or
+under P/D the end of a KV hand-off; every evaluation checks too); the wrappers go when it leaves, so no other instance pays anything."""
 
 from __future__ import annotations
 
@@ -19,25 +19,32 @@ def engine_idle(inst: Any, state: Any, i: int) -> bool:
 
 
 class DrainHooks:
-    """Wraps and restores a draining engine's ``on_done`` and ``release_held``."""
+    """Wraps and restores a draining engine's ``on_done``, ``on_aborted`` (a hedged copy let go) and
+    ``release_held``."""
 
     def __init__(self) -> None:
-        self._saved: dict[int, Callable] = {}
+        self._saved: dict[int, tuple[Callable, Callable | None]] = {}
 
     def attach(self, inst: Any, poke: Callable[[], None]) -> None:
-        done, release = inst.on_done, inst.release_held
+        done, aborted, release = inst.on_done, inst.on_aborted, inst.release_held
 
         def on_done(req: Any) -> None:
             done(req)
+            poke()
+
+        def on_aborted(req: Any, now: int) -> None:
+            aborted(req, now)
             poke()
 
         def release_held(req: Any, now: int) -> None:
             release(req, now)
             poke()
 
-        self._saved[inst.index] = done
+        self._saved[inst.index] = (done, aborted)
         inst.on_done, inst.release_held = on_done, release_held
+        if aborted is not None:
+            inst.on_aborted = on_aborted
 
     def detach(self, inst: Any) -> None:
-        inst.on_done = self._saved.pop(inst.index)
+        inst.on_done, inst.on_aborted = self._saved.pop(inst.index)
         del inst.release_held  # the class's method again
