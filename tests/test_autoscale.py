@@ -323,6 +323,8 @@ def test_without_autoscaling_nothing_changes_and_no_timeline_is_left(tmp_path):
         (["cluster.autoscale.kind=target_utilization", "cluster.autoscale.max=8"], "cluster.autoscale.target"),
         (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "cluster.autoscale.interval_s=0"],
          "cluster.autoscale.interval_s"),
+        (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "cluster.autoscale.interval_s=0.0001"],
+         "cluster.autoscale.interval_s"),
         (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "cluster=heterogeneous"], "cluster.autoscale.kind"),
         (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "cluster.cells.count=2"], "cluster.autoscale.kind"),
         (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "sim.warmup_s=10"], "sim.warmup_s"),

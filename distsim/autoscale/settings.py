@@ -48,15 +48,15 @@ def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_by
     params.check(key)
     params.check_limits(key, low, high)
     interval_us = round(checks.positive(f"{key}.interval_s", node.interval_s) * 1e6)
+    if interval_us < 1000:  # an evaluation every few microseconds would swamp the run
+        raise ConfigError(f"{key}.interval_s", f"must be at least 0.001 s (got {node.interval_s!r})")
     cooldown_us = round(checks.non_negative(f"{key}.cooldown_s", node.cooldown_s) * 1e6)
     if node.provision_s is not None:
         provision_s = checks.non_negative(f"{key}.provision_s", node.provision_s)
     else:
         load = checks.positive(f"{key}.load_gbps", node.load_gbps) * 1e9
         provision_s = weight_bytes_per_gpu / load + checks.non_negative(f"{key}.startup_s", node.startup_s)
-    return AutoscaleSettings(
-        node.kind, cls, params, low, high, max(interval_us, 1), cooldown_us, round(provision_s * 1e6), key
-    )
+    return AutoscaleSettings(node.kind, cls, params, low, high, interval_us, cooldown_us, round(provision_s * 1e6), key)
 
 
 def refuse_unsupported(cells: Any, sim: Any, pools: Any) -> None:
