@@ -176,11 +176,15 @@ class Autoscaler:
 
     # ------------------------------------------------------------------ the end
     def recorded(self) -> None:
-        """A request reached its final status: once nothing is left to do, stop (see the module doc)."""
+        """A request reached its final status: once nothing is left to do, stop (see the module doc), in an
+        event of its own at this instant, so no instance is in the middle of its own event when its
+        replica leaves."""
         if self.stopped or self.cluster._active():
             return
         self.stopped = True
-        now = self.loop.now
+        self.loop.schedule(self.loop.now, PRIO_AUTOSCALE, self._stop)
+
+    def _stop(self, now: int, _: Any) -> None:
         for sp in self.pools:
             for replica in sp.replicas.in_state(DRAINING):
                 self._check(now, (sp, replica))
@@ -229,6 +233,9 @@ class _RecorderTap:
     def done(self, req: Any) -> None:
         self.recorder.done(req)
         self.autoscaler.recorded()
+
+    def __getattr__(self, name: str) -> Any:  # the recorder's records and settings, read as they are
+        return getattr(self.recorder, name)
 
 
 def attach_autoscaler(cluster: Any, pools: list[Any]) -> Autoscaler:
