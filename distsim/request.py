@@ -97,11 +97,39 @@ class Request:
         # phase, computed tokens, blocks); None until an instance takes it. Only that instance reads it.
         self.seq = None
 
+    # The request type (workload.mix): an LLM request is a plain Request, which reads these class defaults,
+    # so LLM-only runs pay nothing for types; a non-LLM request is a TypedRequest with its own values.
+    rtype = "llm"
+    items = 0  # batch items it adds to a runtime's batch (images, audio windows)
+    size = 0.0  # its per-item size in its type's unit (image side in pixels, audio seconds)
+    latency_slo_ms = None  # its type's latency SLO (None: none)
+
     def __repr__(self) -> str:
         return (
             f"Request(id={self.request_id}, t={self.arrival_us}us, in={self.prompt_tokens}, "
             f"out={self.output_tokens}, status={self.status.name})"
         )
+
+
+class TypedRequest(Request):
+    """A non-LLM request (vision, ASR, any named type of workload.mix), served by a batching runtime
+    (distsim.runtime). Its slots shadow Request's class defaults; its token fields stay 0."""
+
+    __slots__ = ("rtype", "items", "size", "latency_slo_ms")
+
+    def __repr__(self) -> str:
+        return f"TypedRequest(id={self.request_id}, type={self.rtype}, t={self.arrival_us}us, items={self.items}, " \
+            f"size={self.size:g}, status={self.status.name})"
+
+
+def new_typed_request(
+    request_id: int, arrival_us: int, rtype: str, items: int, size: float, latency_slo_ms: float | None, tenant: int = 0
+) -> TypedRequest:
+    """A non-LLM request of type ``rtype``: no tokens, ``items`` batch items of ``size`` each."""
+    req = _new(TypedRequest)
+    _init(req, request_id, arrival_us, 0, 0, tenant, rtype, -1, None, None, None, 0)
+    req.rtype, req.items, req.size, req.latency_slo_ms = rtype, items, size, latency_slo_ms
+    return req
 
 
 

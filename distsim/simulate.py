@@ -107,12 +107,17 @@ def run(
     sim = scenario.sim
     workload_summary = getattr(scenario.workload, "summary", lambda: None)()  # traces: rows read and skipped
     loop = EventLoop(sim.horizon_us)
-    recorder = Recorder(scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.frontend.output_lag_us)
+    recorder = _recorder(scenario)
     cluster = build_world(
         scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
         seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
         cells=scenario.cells,
     )
+    if scenario.runtimes:  # batching runtimes for non-LLM request types, behind a front that routes by type
+        from distsim.runtime.build import attach_runtimes
+
+        cluster = attach_runtimes(cluster, scenario.runtimes, scenario.policy, scenario.signals, loop, recorder,
+                                  seed=sim.seed, ttft_slo_ms=scenario.slo.ttft_ms)
     cluster.feed(scenario.workload)
     probe = WindowProbe(sim.window) if sim.window is not None else None  # a measurement window
     with _progress_line(progress, scenario, loop, recorder):
@@ -138,6 +143,16 @@ def run(
 
         timeline = timeline_table(cluster.autoscaler)
     return SimulationResult(summary, table, instances, perf, decisions, cells, timeline)
+
+
+def _recorder(scenario: Scenario) -> Recorder:
+    """The recorder; with request types in play, the one that adds their columns (distsim.metrics.types)."""
+    args = (scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.frontend.output_lag_us)
+    if scenario.typed:
+        from distsim.metrics.types import TypedRecorder
+
+        return TypedRecorder(*args)
+    return Recorder(*args)
 
 
 def _progress_line(

@@ -42,6 +42,8 @@ class Scenario:
     sim: SimSettings
     slo: SloDefaults
     cells: CellSettings = CellSettings()  # the cell layer (count 1: none)
+    runtimes: tuple[Any, ...] = ()  # distsim.runtime.settings.RuntimePoolSpec: batching-runtime pools (none: LLM only)
+    typed: bool = False  # request types in play (workload.mix, or typed requests given): type columns and summary
 
     @property
     def seed(self) -> int:
@@ -63,6 +65,9 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     transfer = checks.transfer(cfg.cluster.kv_transfer)
     frontend = checks.frontend(cfg.cluster.frontend)
     policy = checks.policy(cfg.policy)
+    from distsim.runtime.settings import resolve_runtime_pools
+
+    runtimes = resolve_runtime_pools(cfg.cluster)
     pools = tuple(resolve_pools(cfg.cluster))
     checks.prefix_routing_needs_caching(policy, pools)
     cells = checks.cells(cfg.cluster.cells, pools)
@@ -73,4 +78,9 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
     slo = checks.slo_defaults(cfg.workload)
     checks.hedging_fits(policy, pools, slo)
-    return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells)
+    typed = False
+    if runtimes or getattr(requests, "mix", None) is not None or isinstance(requests, (list, tuple)):
+        from distsim.runtime.checks import check_types
+
+        typed = check_types(requests, runtimes, pools, cells, sim)
+    return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells, runtimes, typed)

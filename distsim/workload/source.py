@@ -58,7 +58,11 @@ def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> Workload
     cfg = as_config(workload_cfg)
     seed = checks.integer("seed", seed, low=0)
     block_size = checks.integer("cluster.engine.block_size", block_size, low=1)
-    return KINDS.get(cfg.kind)(cfg, seed, block_size)
+    source = KINDS.get(cfg.kind)(cfg, seed, block_size)
+    from distsim.workload.mix import MixedSource, resolve_mix
+
+    mix = resolve_mix(cfg)  # request types (workload.mix); None: every request is an LLM request
+    return source if mix is None else MixedSource(source, mix, seed)
 
 
 def limits(cfg, *, need_one: bool) -> tuple[int | None, int | None]:

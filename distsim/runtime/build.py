@@ -1,0 +1,66 @@
+"""Wire the runtime pools beside the LLM cluster: replicas numbered after the cluster's instances, one route
+per request type (signal board, router state, view, the configured router on stream "router/TYPE"), and the
+front that sends each request by its type. Everything was checked by resolve; this only wires."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from distsim.cluster.build import PREFIX_CHUNK_TOKENS
+from distsim.cluster.prefix_index import PrefixIndex
+from distsim.cluster.signals import SignalBoard
+from distsim.cluster.view import ClusterView, RouterState
+from distsim.config.settings import PolicySettings, SignalSettings
+from distsim.engine.loop import EventLoop
+from distsim.engine.rng import stream
+from distsim.policies.base import PolicyContext
+from distsim.runtime.front import TypedFront, TypeRoute
+from distsim.runtime.replica import RuntimeReplica
+
+
+def build_replicas(pools: Sequence[Any], loop: EventLoop, first: int) -> list[RuntimeReplica]:
+    """``count`` replicas per pool, in pool order, numbered from ``first``."""
+    replicas: list[RuntimeReplica] = []
+    for pool in pools:
+        for _ in range(pool.count):
+            replicas.append(RuntimeReplica(first + len(replicas), pool, loop))
+    return replicas
+
+
+def _route(name: str, replicas: list[RuntimeReplica], policy: PolicySettings, signals: SignalSettings, loop: EventLoop,
+           seed: int, extra: dict) -> TypeRoute:
+    board = SignalBoard(replicas, signals, loop, stream(seed, f"signals/{name}"))
+    state = RouterState(len(replicas))
+    ones = np.ones(len(replicas), dtype=np.float64)
+    facts = {
+        "gpus": np.array([r.pool.gpus for r in replicas], dtype=np.int64),
+        "price_usd_per_gpu_hour": np.array([r.pool.hardware.price_usd_per_gpu_hour for r in replicas], dtype=np.float64),
+        "total_kv_blocks": board.kv_total,
+        "max_num_batched_tokens": np.array([r.pool.max_batch_size for r in replicas], dtype=np.int64),
+        "sm_fraction": ones, "gpu_fraction": ones,
+    }
+    routing = policy.routing
+    index = None
+    if routing.cls.reads_prefix_index(routing.params):  # non-LLM requests carry no prompt: it stays empty
+        index = PrefixIndex(len(replicas), [1] * len(replicas), PREFIX_CHUNK_TOKENS)
+    members = np.arange(len(replicas))
+    view = ClusterView(board, state, loop, members, prefix_index=index, facts=facts, step_models=[r.curve for r in replicas])
+    router = routing.cls(routing.params, PolicyContext(len(replicas), stream(seed, f"router/{name}"), seed, extra))
+    if getattr(router, "reads_signals", False):
+        board.enable_push()
+    return TypeRoute(name, replicas, board, state, view, router)
+
+
+def attach_runtimes(cluster: Any, pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, loop: EventLoop,
+                    recorder: Any, *, seed: int, ttft_slo_ms: float) -> TypedFront:
+    """The front over ``cluster`` and the runtime ``pools``' replicas."""
+    replicas = build_replicas(pools, loop, first=len(cluster.instances))
+    by_type: dict[str, list[RuntimeReplica]] = {}
+    for replica in replicas:
+        by_type.setdefault(replica.serves, []).append(replica)
+    extra = {"default_ttft_slo_ms": ttft_slo_ms}
+    routes = {name: _route(name, members, policy, signals, loop, seed, extra) for name, members in by_type.items()}
+    return TypedFront(cluster, routes, loop, recorder, policy.routing.latency_us)

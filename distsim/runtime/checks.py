@@ -1,0 +1,35 @@
+"""What resolve checks about request types and runtime pools together (one ConfigError naming the key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distsim.errors import ConfigError
+
+
+def _given_types(requests: Any) -> set[str]:
+    """The types in a request list the caller gave (tests, validation)."""
+    return {r.rtype for r in requests} if isinstance(requests, (list, tuple)) else set()
+
+
+def check_types(requests: Any, runtimes: tuple, pools: tuple, cells: Any, sim: Any) -> bool:
+    """Every non-LLM type some request may have is served by a runtime pool; runtime pools are refused where
+    they are not modelled (cells, autoscaling, a measurement window). Returns whether types are in play (a
+    mix, or typed requests given): the request table's type columns and summary.json's ``types``."""
+    mix = getattr(requests, "mix", None)
+    wanted = set(mix.served) - {"llm"} if mix is not None else _given_types(requests) - {"llm"}
+    served = {pool.serves for pool in runtimes}
+    for name in sorted(wanted - served):
+        key = f"workload.mix.{name}" if mix is not None else "cluster.pools"
+        raise ConfigError(key, f"no pool serves request type {name!r}: add a cluster.pools entry with kind runtime "
+                          f"whose runtime.serves (or model's modality) is {name} (serving: {', '.join(sorted(served)) or 'llm only'})")
+    if runtimes:
+        first = runtimes[0].key
+        if cells.enabled:
+            raise ConfigError(f"{first}.kind", f"runtime pools are not modelled with cells (cluster.cells.count = {cells.count})")
+        if getattr(sim, "window", None) is not None:
+            raise ConfigError("sim.warmup_s", f"a measurement window is not supported with runtime pools ({first}) yet")
+        scaled = next((p for p in pools if p.autoscale is not None), None)
+        if scaled is not None:
+            raise ConfigError(f"{scaled.autoscale.key}.kind", "autoscaling is not supported beside runtime pools yet")
+    return mix is not None or bool(wanted)

@@ -1,0 +1,94 @@
+"""Resolve the ``kind: runtime`` pools of ``cluster.pools`` into typed, checked settings (resolve, then build:
+distsim.runtime.build only wires what this returns)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distsim.catalog import load_hardware
+from distsim.catalog.runtime_models import RuntimeModelSpec, load_runtime_model
+from distsim.config import checks
+from distsim.errors import ConfigError
+from distsim.runtime.curves.base import CurveContext, ServiceCurve
+from distsim.runtime.curves.registry import CURVES
+
+POOL_KINDS = ("vllm", "runtime")
+_VLLM_ONLY = ("engine", "latency")  # a runtime pool has no vLLM engine: these stay empty
+
+
+@dataclass(frozen=True)
+class RuntimePoolSpec:
+    """A pool of ``count`` identical runtime replicas, each on one GPU of ``hardware``."""
+
+    name: str
+    count: int
+    serves: str  # the request type (workload.mix) it serves
+    model: RuntimeModelSpec
+    hardware: Any  # distsim.catalog.HardwareSpec
+    max_batch_size: int
+    window_us: int
+    concurrency: int
+    curve: ServiceCurve
+    key: str
+    gpus: int = 1
+
+
+def is_runtime(raw: Any) -> bool:
+    return raw.get("kind", "vllm") == "runtime"
+
+
+def pool_kind(raw: Any, key: str) -> str:
+    return checks.choice(f"{key}.kind", raw.get("kind", "vllm"), POOL_KINDS)
+
+
+def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
+    """One runtime pool, every key checked; the catalog model must fit the GPU's memory."""
+    for name in _VLLM_ONLY:
+        if raw.get(name):
+            raise ConfigError(f"{key}.{name}", "a runtime pool has no vLLM engine; set its runtime.* keys instead")
+    if raw.get("role", "mixed") != "mixed":
+        raise ConfigError(f"{key}.role", "a runtime pool has no P/D role (leave it mixed)")
+    model = load_runtime_model(checks.required(f"{key}.model", raw.get("model"), "for a runtime pool"), f"{key}.model")
+    hardware = load_hardware(raw.get("hardware") or cluster.hardware, f"{key}.hardware")
+    rt = raw.runtime
+    count = checks.integer(f"{key}.count", raw["count"], low=1)
+    max_batch = checks.integer(f"{key}.runtime.max_batch_size", rt.max_batch_size, low=1)
+    window_ms = checks.non_negative(f"{key}.runtime.batch_window_ms", rt.batch_window_ms)
+    concurrency = checks.integer(f"{key}.runtime.concurrency", rt.concurrency, low=1)
+    if model.weight_bytes * concurrency > hardware.memory_bytes:
+        raise ConfigError(f"{key}.runtime.concurrency", f"{concurrency} copies of {model.name}'s weights "
+                          f"({model.weight_bytes / 1e9:.2f} GB each) do not fit {hardware.name}'s memory")
+    curve_key = f"{key}.runtime.curve"
+    curve = CURVES.get(rt.curve.kind, f"{curve_key}.kind")(rt.curve, CurveContext(model, hardware, max_batch, curve_key))
+    serves = rt.serves or model.modality
+    if serves == "llm":
+        raise ConfigError(f"{key}.runtime.serves", "LLM requests go to vLLM pools; name a non-LLM type")
+    return RuntimePoolSpec(raw["name"], count, str(serves), model, hardware, max_batch, int(round(window_ms * 1000)),
+                           concurrency, curve, key)
+
+
+def resolve_runtime_pools(cluster: Any) -> tuple[RuntimePoolSpec, ...]:
+    """The runtime pools of ``cluster.pools`` (none without pools); checks every pool's kind, that names are
+    unique over all pools, and that a vLLM pool remains (the LLM side of the cluster is always built)."""
+    if not cluster.pools:
+        return ()
+    keys = [f"cluster.pools[{i}]" for i in range(len(cluster.pools))]
+    kinds = [pool_kind(raw, key) for raw, key in zip(cluster.pools, keys)]
+    for raw, key, kind in zip(cluster.pools, keys, kinds):
+        if kind == "vllm" and raw.get("model") is not None:
+            raise ConfigError(f"{key}.model", "a vLLM pool serves cluster.model; model names a runtime pool's model")
+    if "runtime" not in kinds:
+        return ()
+    if "vllm" not in kinds:
+        raise ConfigError("cluster.pools", "needs at least one vLLM pool beside the runtime pools (LLM requests, and "
+                          "the cluster's routing, live there)")
+    seen: set[str] = set()
+    runtimes = []
+    for raw, key, kind in zip(cluster.pools, keys, kinds):
+        if raw["name"] in seen:
+            raise ConfigError(f"{key}.name", f"pool name {raw['name']!r} used twice")
+        seen.add(raw["name"])
+        if kind == "runtime":
+            runtimes.append(resolve_runtime_pool(cluster, raw, key))
+    return tuple(runtimes)
