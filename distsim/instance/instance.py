@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from distsim.engine.loop import PRIO_CLUSTER, PRIO_INSTANCE, EventLoop
 from distsim.errors import SimulationError
+from distsim.instance.batching import PrefillBatcher, batching_on
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.decode_set import DecodeSet, ceil_div
 from distsim.instance.kv_cache import KVCache
@@ -57,6 +58,8 @@ class EngineParams:
     scheduler: str = "fcfs"
     max_model_len: int | None = None  # longest prompt + output accepted; None: no limit
     cpu_kv_blocks: int = 0  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
+    prefill_batch_min: int | None = None  # windowed prefill batching (distsim.instance.batching); None: no min
+    prefill_batch_window_us: int = 0  # the batching window; 0: off (continuous batching)
 
 
 class Instance:
@@ -99,6 +102,10 @@ class Instance:
         self._event = self._on_event  # bound once: every step schedules it
         self._set_handoff()
         self._set_cancellation()
+        self.batcher: PrefillBatcher | None = None  # windowed prefill batching, when on
+        if batching_on(params.prefill_batch_min, params.prefill_batch_window_us):
+            self.batcher = PrefillBatcher(self, params.prefill_batch_min, params.prefill_batch_window_us)
+            self.batcher.install()
 
     def _set_engine(self, params: EngineParams) -> None:
         """The engine settings under the short names the hot path reads, the KV cache and the queues."""
@@ -412,6 +419,8 @@ class Instance:
         self.plan.steps = 0
         # hand-offs and CPU loads in flight will wake it with an event of their own
         if (self.waiting or self.landed or self.awaiting_blocks) and not (self.held or self.reserved or self.loading):
+            if self.batcher is not None and self.batcher.waits_for_wake_up():
+                return  # only a held prefill batch waits, and its wake-up is scheduled (windowed batching)
             # INV-12: nothing runs and nothing in flight will free blocks or land: a deadlock (a bug)
             raise SimulationError(
                 f"INV-12: instance {self.index}: idle with {len(self.waiting)} waiting, {len(self.landed)} landed"
@@ -824,6 +833,8 @@ class Instance:
         if self.cpu is not None:
             loading_blocks = sum(req.seq.private_blocks for req in self.loading.values())
             self.cpu.check(f"instance {self.index}", loading_blocks)
+        if self.batcher is not None:
+            self.batcher.check()
 
     def _count_holdings(self) -> tuple[int, int, int]:
         """Cache references and private blocks held by requests here (running, P/D held, reserved, landed,
