@@ -27,6 +27,8 @@ GOLDEN = Path(__file__).parent / "golden" / "config_options.json"
 GROUPS = ("cluster", "workload", "signals", "policy", "fitness")
 SIZE = {"workload.num_requests": 300}  # synthetic workloads
 TRACE_SIZE = {"workload.max_rows": 300}
+# options that need another group's option: a mix's non-LLM types need runtime pools that serve them
+COMPANIONS = {"workload=mixed_70_20_10": ["cluster=mixed_fleet"]}
 
 
 def options() -> list[tuple[str, str]]:
@@ -41,9 +43,10 @@ def _frame_digest(frame: pd.DataFrame) -> str:
 
 
 def run_option(group: str, name: str) -> dict[str, str]:
-    cfg = load_config([f"{group}={name}"])
+    option = [f"{group}={name}", *COMPANIONS.get(f"{group}={name}", [])]
+    cfg = load_config(option)
     size = TRACE_SIZE if cfg.workload.kind == "trace" else SIZE
-    cfg = load_config([f"{group}={name}", *(f"{k}={v}" for k, v in size.items())])
+    cfg = load_config([*option, *(f"{k}={v}" for k, v in size.items())])
     result = simulate(cfg)
     return {
         "summary": hashlib.sha256(summary_json(result.summary).encode()).hexdigest(),

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from distsim.autoscale.settings import resolve_autoscale
 from distsim.cluster.footprint import check_instances_fit
+from distsim.cluster.mig import check_fits, place_pools, refuse_with_cells, resolve_mig
 from distsim.config import checks
 from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
@@ -30,6 +31,7 @@ class PoolSpec:
     key: str  # config path of this pool, for messages
     data_parallel_size: int = 1  # engines per instance, behind vLLM's balancer (distsim.cluster.data_parallel)
     autoscale: Any = None  # distsim.autoscale.settings.AutoscaleSettings; None: a fixed pool of ``count``
+    mig: Any = None  # distsim.cluster.mig.MigSlices: one instance per slice (``hardware`` is the slice's); None: whole GPUs
 
     @property
     def built_count(self) -> int:
@@ -53,7 +55,7 @@ def _raw_pools(cluster: Any) -> tuple[list[Any], list[str]]:
         if cluster.instances < 1:
             raise ConfigError("cluster.instances", f"must be >= 1 (got {cluster.instances})")
         raw = {"name": "default", "count": cluster.instances, "hardware": None, "role": "mixed", "engine": {}, "latency": {},
-               "autoscale": cluster.get("autoscale")}
+               "autoscale": cluster.get("autoscale"), "mig": cluster.get("mig")}
         return [raw], ["cluster"]
     if len(cluster.pools) == 0:
         raise ConfigError("cluster.pools", "is empty: give at least one pool, or null for cluster.instances")
@@ -61,6 +63,11 @@ def _raw_pools(cluster: Any) -> tuple[list[Any], list[str]]:
         raise ConfigError(
             "cluster.autoscale.kind", "autoscales the single pool of cluster.instances; with cluster.pools set, "
             "give each pool its own autoscale"
+        )
+    if cluster.get("mig") is not None and cluster.mig.get("profile") is not None:
+        raise ConfigError(
+            "cluster.mig.profile", "slices the single pool of cluster.instances; with cluster.pools set, give each "
+            "pool its own mig.profile"
         )
     return list(cluster.pools), [f"cluster.pools[{i}]" for i in range(len(cluster.pools))]
 
@@ -93,6 +100,8 @@ def _engine_params(engine: Any, model: Any, hardware: Any, engine_key: str) -> E
         scheduler=engine.scheduler,
         max_model_len=checks.max_model_len(engine, model, engine_key),
         cpu_kv_blocks=int(engine.cpu_kv_blocks),
+        prefill_batch_min=engine.prefill_batch_min,
+        prefill_batch_window_us=round((engine.prefill_batch_window_ms or 0.0) * 1000),
     )
     checks.warn_if_one_sequence_cannot_fit(params, engine_key)
     return params
@@ -108,6 +117,10 @@ def _resolve_pool(cluster: Any, raw: Any, key: str, model: Any) -> PoolSpec:
     hardware = load_hardware(raw.get("hardware") or cluster.hardware)
     tp, dp = engine.tensor_parallel_size, engine.data_parallel_size
     checks.tp_within_node(tp, hardware, cluster.gpus_per_node, engine_key, dp)
+    mig = resolve_mig(raw.get("mig"), hardware, f"{key}.mig", tp, dp, engine_key)
+    if mig is not None:  # the instance runs on the slice: the GPU scaled by the profile
+        max_len = checks.max_model_len(engine, model, engine_key)
+        hardware = check_fits(model, hardware, mig, engine, max_len, f"{key}.mig.profile", engine_key)
     params = _engine_params(engine, model, hardware, engine_key)
     ep = bool(engine.enable_expert_parallel)
     checks.expert_parallel(ep, model, engine_key)
@@ -116,7 +129,9 @@ def _resolve_pool(cluster: Any, raw: Any, key: str, model: Any) -> PoolSpec:
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
         "cluster.instances" if key == "cluster" else f"{key}.count", model.weight_bytes_per_gpu(tp, dp if ep else 1),
     )
-    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale)
+    if mig is not None and autoscale is not None:
+        raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
+    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig)
 
 
 def _check_pools_together(pools: list[PoolSpec]) -> None:
@@ -142,9 +157,13 @@ def resolve_pools(cluster: Any) -> list[PoolSpec]:
     names: set[str] = set()
     pools = []
     for raw, key in zip(raw_pools, keys):
+        if raw.get("kind", "vllm") == "runtime":  # a batching runtime: distsim.runtime.settings resolves it
+            continue
         _check_pool(raw, key, names)
         pools.append(_resolve_pool(cluster, raw, key, model))
     _check_pools_together(pools)
+    refuse_with_cells(pools, cluster.get("cells"))
+    place_pools(pools)  # MIG slices onto GPUs: each slice's GPU and billed share
     engines = sum(p.built_count * p.data_parallel_size for p in pools)  # every DP replica is an engine of its own
     if any(p.data_parallel_size > 1 for p in pools):
         key = "cluster.engine.data_parallel_size"

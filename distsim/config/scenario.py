@@ -79,7 +79,8 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     slo = checks.slo_defaults(cfg.workload)
     checks.hedging_fits(policy, pools, slo)
     typed = False
-    if runtimes or getattr(requests, "mix", None) is not None or isinstance(requests, (list, tuple)):
+    if runtimes or getattr(requests, "mix", None) is not None or getattr(requests, "types_seen", None) \
+            or isinstance(requests, (list, tuple)):
         from distsim.runtime.checks import check_types
 
         typed = check_types(requests, runtimes, pools, cells, sim)

@@ -17,6 +17,7 @@ from distsim.autoscale.schema import AutoscaleConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
 from distsim.config.workload import WorkloadConfig
+from distsim.runtime.schema import RuntimeConfig
 
 
 @dataclass
@@ -38,6 +39,10 @@ class EngineConfig:
     activation_reserve_fraction: float = 0.05  # of GPU memory, kept for activations and the CUDA graphs
     scheduler: str = "fcfs"  # waiting-queue order: fcfs | priority | shortest_prompt
     cpu_kv_blocks: int = 0  # host-memory KV tier in blocks (vLLM's KV offloading); 0: off
+    # windowed prefill batching (distsim/instance/batching.py): new prompts wait until this many wait, or
+    # the oldest has waited the window; null window: off (continuous batching); null min: the window only
+    prefill_batch_min: int | None = None
+    prefill_batch_window_ms: float | None = None
 
 
 @dataclass
@@ -60,16 +65,27 @@ class LatencyConfig:
 
 
 @dataclass
+class MigConfig:
+    """MIG slices (distsim.cluster.mig): ``profile`` (e.g. 3g.40gb) runs one instance per slice; null: whole GPUs."""
+
+    profile: str | None = None
+
+
+@dataclass
 class PoolConfig:
     """One pool of identical instances. ``engine`` and ``latency`` override the cluster's values."""
 
     name: str = "pool"
+    kind: str = "vllm"  # vllm | runtime: a batching runtime for a vision or speech model (distsim.runtime)
+    model: str | None = None  # runtime: its catalog model (resnet-50, vit-b-16, whisper-small, ...); vllm: null
     count: int = 1
     hardware: str | None = None  # null: cluster.hardware
     role: str = "mixed"  # mixed | prefill | decode
     engine: dict[str, Any] = field(default_factory=dict)
     latency: dict[str, Any] = field(default_factory=dict)
     autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)  # kind null: a fixed pool of count
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)  # kind runtime: its batcher and service curve
+    mig: MigConfig = field(default_factory=MigConfig)  # profile null: whole GPUs; else count counts slices
 
 
 @dataclass
@@ -141,6 +157,7 @@ class ClusterConfig:
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     cells: CellsConfig = field(default_factory=CellsConfig)
     autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)  # the single pool's (kind null: off)
+    mig: MigConfig = field(default_factory=MigConfig)  # the single pool's MIG profile (null: whole GPUs)
 
 
 @dataclass

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from distsim.cluster.mig import slice_columns
 from distsim.metrics.columns import Table
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.summary import rnd, summarize
@@ -18,6 +19,11 @@ def measure(
     measurement window's distsim.metrics.window.WindowProbe, which makes the summary its own way."""
     table = recorder.columns()
     instances = instance_table(cluster)
+    runtimes = getattr(cluster, "runtimes", None)  # batching runtimes beside the LLM cluster (distsim.runtime)
+    if runtimes:
+        from distsim.metrics.types import runtime_rows
+
+        instances = runtime_rows(instances, cluster)
     if window is not None:
         summary = window.summary(table, instances, cluster, seed=seed, events=loop.events, end_us=end_us)
     else:
@@ -39,7 +45,15 @@ def measure(
             "mean_ms": rnd(cluster.transfer_us_total / cluster.transfers / 1000.0) if cluster.transfers else None,
             "gb": rnd(cluster.transfer_bytes_total / 1e9, 6),
         }
+    if "mig_profile" in instances:  # MIG slices: how the fleet packs
+        from distsim.metrics.mig import mig_summary
+
+        summary["mig"] = mig_summary(cluster, instances)
     summary["signals"] = {"scrapes": cluster.board.scrapes}
+    if "type" in table:  # request types in play (workload.mix): per-type figures
+        from distsim.metrics.types import types_summary
+
+        summary["types"] = types_summary(table, runtimes or [], summary["_derived"]["span_s"])
     if getattr(cluster, "hedgers", None):  # hedging on: its request columns and summary section
         from distsim.metrics.hedging import add_hedging
 
@@ -85,6 +99,12 @@ def instance_table(cluster: Any) -> Table:
         columns = {"instance": columns.pop("instance"), "dp_group": [i.dp_group for i in cluster.instances], **columns}
     if any(inst.cpu is not None for inst in cluster.instances):  # a CPU KV tier somewhere: its counters
         columns.update(cpu_tier_columns(cluster.instances))
+    if any(inst.batcher is not None for inst in cluster.instances):  # windowed prefill batching somewhere
+        from distsim.metrics.batching import batching_columns
+
+        columns.update(batching_columns(cluster.instances))
+    if any(pool.mig is not None for pool in cluster.pool_of):  # MIG slices somewhere: per slice price and share
+        columns.update(slice_columns(cluster.pool_of))
     table = Table()
     for name, values in columns.items():
         table.add(name, values, _INSTANCE_KINDS.get(name, "float64" if name.endswith("_ms") else "int64"))
@@ -93,7 +113,7 @@ def instance_table(cluster: Any) -> Table:
 
 # instances.parquet's columns that are neither counts (int64) nor milliseconds (float64)
 _INSTANCE_KINDS = {"pool": "str", "role": "str", "hardware": "str", "price_usd_per_gpu_hour": "float64",
-                   "peak_kv_utilization": "float64"}
+                   "peak_kv_utilization": "float64", "mig_profile": "str", "gpu_fraction": "float64"}
 
 
 def cpu_tier_columns(instances: list) -> dict[str, list]:

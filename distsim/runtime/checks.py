@@ -17,10 +17,14 @@ def check_types(requests: Any, runtimes: tuple, pools: tuple, cells: Any, sim: A
     they are not modelled (cells, autoscaling, a measurement window). Returns whether types are in play (a
     mix, or typed requests given): the request table's type columns and summary.json's ``types``."""
     mix = getattr(requests, "mix", None)
-    wanted = set(mix.served) - {"llm"} if mix is not None else _given_types(requests) - {"llm"}
+    wanted = set(mix.served) if mix is not None else _given_types(requests)
+    wanted = (wanted | set(getattr(requests, "types_seen", ()))) - {"llm"}  # a trace's type column too
     served = {pool.serves for pool in runtimes}
     for name in sorted(wanted - served):
-        key = f"workload.mix.{name}" if mix is not None else "cluster.pools"
+        if mix is not None and name in mix.served:
+            key = f"workload.mix.{name}"
+        else:
+            key = "workload.path" if name in getattr(requests, "types_seen", ()) else "cluster.pools"
         raise ConfigError(key, f"no pool serves request type {name!r}: add a cluster.pools entry with kind runtime "
                           f"whose runtime.serves (or model's modality) is {name} (serving: {', '.join(sorted(served)) or 'llm only'})")
     if runtimes:

@@ -68,6 +68,15 @@ def _request_type(name: str, raw: Any) -> RequestType:
     return RequestType(name, Sampler(cfg["items"], f"{key}.items"), Sampler(cfg.size, f"{key}.size", integer=False), slo)
 
 
+def type_slos(cfg: Any) -> dict[str, float | None]:
+    """Each configured type's latency SLO (a trace's typed rows take their type's; an unknown type: none)."""
+    out = {}
+    for name, raw in (cfg.get("types") or {}).items():
+        slo = raw.get("slo_ms") if hasattr(raw, "get") else None
+        out[str(name)] = None if slo is None else checks.positive(f"workload.types.{name}.slo_ms", slo)
+    return out
+
+
 def resolve_mix(cfg: Any) -> Mix | None:
     """The workload's mix, checked; None when every request is an LLM request (no mix, or only llm)."""
     raw = cfg.get("mix")

@@ -19,10 +19,11 @@ import numpy as np
 
 from distsim.engine.rng import stream
 from distsim.errors import ConfigError, InputFileError
-from distsim.request import Request, new_request
+from distsim.request import Request, new_request, new_typed_request
 from distsim.workload import checks
 from distsim.workload.keys import UniqueKeys, trace_block_keys
 from distsim.workload.kinds import KINDS
+from distsim.workload.mix import type_slos
 from distsim.workload.paths import resolve_path
 from distsim.workload.prefixes import PrefixGroups
 from distsim.workload.source import WorkloadSource, limits
@@ -73,6 +74,8 @@ class TraceSource(WorkloadSource):
         )
         self.tagger = Tagger(cfg, lengths=False)
         self.prefixes = PrefixGroups(cfg.prefix, "workload.prefix", block_size)
+        self.types_seen: set[str] = set()  # non-LLM types named by the trace's optional type column
+        self.type_slo_ms = type_slos(cfg)
         self._prepass()
 
     # -- reading -------------------------------------------------------------------------------
@@ -82,7 +85,7 @@ class TraceSource(WorkloadSource):
         path, prev, first = self.path, None, None
         groups = self.prefixes.groups
         for row in rows:
-            for name, v in (("input", row.input_tokens), ("output", row.output_tokens)):
+            for name, v in () if row.rtype is not None else (("input", row.input_tokens), ("output", row.output_tokens)):
                 if v < 0:
                     raise InputFileError(path, f"negative {name} length: {v}", row.line)
                 if v == 0:
@@ -137,6 +140,8 @@ class TraceSource(WorkloadSource):
             inp += row.input_tokens
             out += row.output_tokens
             has_tenant = has_tenant or row.tenant is not None
+            if row.rtype is not None:
+                self.types_seen.add(row.rtype)
         if n == 0:
             window = " inside the window (workload.start_s/end_s)" if self.start_ns or self.end_ns else ""
             raise InputFileError(self.path, f"the trace has no requests{window}")
@@ -218,6 +223,10 @@ class TraceSource(WorkloadSource):
                         sessions[row.session] = (p, bh)
                 else:
                     bh = None
+                if row.rtype is not None:  # a non-LLM row (an optional type column): its type's SLO
+                    yield new_typed_request(-1, self._arrival_us(row.time_ns), row.rtype, row.items, row.size,
+                                            self.type_slo_ms.get(row.rtype), tenants[i])
+                    continue
                 session = -1 if row.session is None else row.session
                 yield new_request(
                     -1, self._arrival_us(row.time_ns), p, row.output_tokens, tenants[i], tags.slo_class[i], session, bh,

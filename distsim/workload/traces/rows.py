@@ -25,6 +25,9 @@ class TraceRow:
     tenant: int | None = None
     session: int | None = None
     prefix_group: int | None = None
+    rtype: str | None = None  # request type (workload.mix); None or "llm": an LLM request
+    items: int | None = None  # a non-LLM request's batch items (None: 1)
+    size: float | None = None  # its per-item size in its type's unit (None: 0)
 
 
 class TraceReader:

@@ -2,8 +2,10 @@
 
 Columns ``arrival_s`` (seconds), ``input_tokens``, ``output_tokens``, and optionally ``tenant``,
 ``session`` (rows of one session: each turn's prompt holds the previous turn's prompt and answer) and
-``prefix_group`` (the row's prompt starts with that group's system prompt, see ``workload.prefix``).
-Empty optional cells mean "none".
+``prefix_group`` (the row's prompt starts with that group's system prompt, see ``workload.prefix``), and
+for request types (distsim.workload.mix) ``type`` (llm, vision, asr or any named type), ``items`` (batch
+items: images, audio windows; default 1) and ``size`` (per item, in the type's unit: image side in pixels,
+audio seconds); a non-LLM row's token columns are ignored. Empty optional cells mean "none".
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, par
 
 REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
 OPTIONAL = ("tenant", "session", "prefix_group")
+TYPED = ("type", "items", "size")  # request types: optional too
 
 
 def _row(path, ln: int, get) -> TraceRow:
@@ -25,7 +28,7 @@ def _row(path, ln: int, get) -> TraceRow:
         extra[name] = (
             None if v is None or (isinstance(v, str) and not v.strip()) else parse_int(v, name, path, ln)
         )
-    return TraceRow(
+    row = TraceRow(
         ln,
         parse_ns(get("arrival_s"), "arrival_s", path, ln, 1_000_000_000),
         parse_int(get("input_tokens"), "input_tokens", path, ln),
@@ -34,6 +37,15 @@ def _row(path, ln: int, get) -> TraceRow:
         session=extra["session"],
         prefix_group=extra["prefix_group"],
     )
+    kind = get("type")
+    if kind is not None and str(kind).strip() not in ("", "llm"):
+        row.rtype = str(kind).strip()
+        items, size = get("items"), get("size")
+        row.items = 1 if items is None or not str(items).strip() else parse_int(items, "items", path, ln)
+        row.size = 0.0 if size is None or not str(size).strip() else parse_ns(size, "size", path, ln, 1_000_000) / 1e6
+        if row.items < 1 or row.size < 0:
+            raise InputFileError(path, f"a {row.rtype} row needs items >= 1 and size >= 0 (got {row.items}, {row.size:g})", ln)
+    return row
 
 
 @READERS.register("csv")
@@ -58,7 +70,7 @@ class ParquetReader(TraceReader):
             raise InputFileError(
                 path, f"missing column(s) {', '.join(missing)} (columns: {', '.join(names)})"
             )
-        cols = [c for c in REQUIRED + OPTIONAL if c in names]
+        cols = [c for c in REQUIRED + OPTIONAL + TYPED if c in names]
         ln = 0
         with inputs.arrow_errors(path):
             batches = pf.iter_batches(batch_size=4096, columns=cols)
