@@ -123,7 +123,7 @@ class TypedFront(Intake):
                         "and were dropped")
 
     def check_invariants(self) -> dict[int, str]:
-        """The cluster's invariants (INV-1 over LLM requests), each replica's (INV-25), and INV-1 over the
+        """The cluster's invariants (INV-1 over LLM requests), each replica's (INV-26), and INV-1 over the
         non-LLM requests: each is recorded, on its way, queued or in a running batch, in one place only."""
         places = self.cluster.check_invariants()
         mine: dict[int, str] = {rid: "dispatching" for rid in self._transit}

@@ -140,12 +140,12 @@ class RuntimeReplica:
             self.stats.busy_since = horizon_us
 
     def check_invariants(self) -> None:
-        """INV-25: at most ``concurrency`` batches run, none over max_batch_size items, and the queue's item count
+        """INV-26: at most ``concurrency`` batches run, none over max_batch_size items, and the queue's item count
         is its requests' (distsim/docs/invariants.md)."""
         if len(self.running) > self.concurrency:
-            raise SimulationError(f"INV-25: runtime {self.index}: {len(self.running)} batches over concurrency {self.concurrency}")
+            raise SimulationError(f"INV-26: runtime {self.index}: {len(self.running)} batches over concurrency {self.concurrency}")
         for b in self.running.values():
             if b.items > self.batcher.max_items or b.items != sum(r.items for r in b.requests):
-                raise SimulationError(f"INV-25: runtime {self.index}: a batch of {b.items} items (max {self.batcher.max_items})")
+                raise SimulationError(f"INV-26: runtime {self.index}: a batch of {b.items} items (max {self.batcher.max_items})")
         if self.batcher.items != sum(r.items for r, _ in self.batcher.queue):
-            raise SimulationError(f"INV-25: runtime {self.index}: queued items miscounted")
+            raise SimulationError(f"INV-26: runtime {self.index}: queued items miscounted")
