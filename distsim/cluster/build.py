@@ -15,6 +15,7 @@ import numpy as np
 
 from distsim.cluster.cluster import NO_FRONTEND, Cluster, Routes
 from distsim.cluster.hedging import Hedger
+from distsim.cluster.mig import instance_slices, price_per_hour
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
@@ -79,12 +80,17 @@ def cpu_tier(pool: Any) -> CpuKvTier | None:
 
 
 def _facts(instances: list[Instance], pool_of: list[Any], board: SignalBoard) -> dict[str, np.ndarray]:
-    """Static per-instance facts a policy may read (view.facts)."""
+    """Static per-instance facts a policy may read (view.facts). ``sm_fraction``: the share of its GPUs' SMs
+    the instance has (1 on whole GPUs; a MIG slice's profile, e.g. 3/7); ``gpu_fraction``: the share of a
+    GPU billed to it (distsim.cluster.mig), so the price is per device."""
+    slices = instance_slices(pool_of)
     return {
         "gpus": np.array([inst.gpus for inst in instances], dtype=np.int64),
-        "price_usd_per_gpu_hour": np.array([p.hardware.price_usd_per_gpu_hour for p in pool_of], dtype=np.float64),
+        "price_usd_per_gpu_hour": np.array(price_per_hour(pool_of), dtype=np.float64),
         "total_kv_blocks": board.kv_total,
         "max_num_batched_tokens": np.array([inst.max_tokens for inst in instances], dtype=np.int64),
+        "sm_fraction": np.array([s[0].profile.sm_fraction if s else 1.0 for s in slices], dtype=np.float64),
+        "gpu_fraction": np.array([s[0].share[s[1]] if s else 1.0 for s in slices], dtype=np.float64),
     }
 
 

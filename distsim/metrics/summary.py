@@ -135,14 +135,17 @@ def cpu_kv_counts(instances: Table, prompt_scheduled: int) -> dict[str, Any]:
 def _fleet(instances: Table, span_s: float, billed_s: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float, float]:
     """GPUs and busy seconds per instance, dollars spent over the span, GPU-seconds paid for and the mean
     GPUs running. Every instance runs the whole span, unless autoscaling says for how long each ran
-    (``billed_s``: seconds within the span)."""
+    (``billed_s``: seconds within the span). On MIG slices an instance's GPUs are its share of a GPU
+    (``gpu_fraction``); its price is already per slice."""
     gpus = instances["gpus"].astype(np.float64)
+    if "gpu_fraction" in instances:
+        gpus = gpus * instances["gpu_fraction"]
     busy_s = instances["busy_ms"] / 1e3
     if billed_s is None:
         cost_usd = float((instances["price_usd_per_gpu_hour"] * instances["gpus"]).sum()) * span_s / 3600.0
         return gpus, busy_s, cost_usd, float(gpus.sum()) * span_s, float(gpus.sum())
     gpu_seconds = float(np.dot(gpus, billed_s))
-    cost_usd = float(np.dot(instances["price_usd_per_gpu_hour"] * gpus, billed_s)) / 3600.0
+    cost_usd = float(np.dot(instances["price_usd_per_gpu_hour"] * instances["gpus"], billed_s)) / 3600.0
     return gpus, busy_s, cost_usd, gpu_seconds, gpu_seconds / span_s
 
 
