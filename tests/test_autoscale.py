@@ -248,12 +248,8 @@ def test_cost_equals_the_integral_of_the_replicas_that_ran(burst):
     s, df, inst = burst.summary, burst.requests, burst.instances
     pool = s["autoscale"]["pools"]["default"]
     assert pool["scale_ups"] > 0 and pool["scale_downs"] > 0
-    t = burst.timeline.to_pandas()
     start_ms = df["arrival_ms"].min()
-    end_ms = start_ms + s["sim"]["simulated_s"] * 1000
-    edges = np.append(np.clip(t["time_ms"].to_numpy(), start_ms, end_ms), end_ms)
-    replicas = (t["serving"] + t["provisioning"] + t["draining"]).to_numpy()
-    replica_hours = float(np.dot(replicas, np.diff(edges))) / 3.6e6
+    replica_hours = replica_hours_between(burst.timeline, start_ms, start_ms + s["sim"]["simulated_s"] * 1000)
     price = inst["price_usd_per_gpu_hour"].iloc[0]  # one GPU per replica, one hardware
     assert pool["gpu_hours"] == pytest.approx(replica_hours, abs=2e-6)
     assert pool["cost_usd"] == pytest.approx(replica_hours * price, abs=2e-6)
@@ -263,6 +259,26 @@ def test_cost_equals_the_integral_of_the_replicas_that_ran(burst):
     assert pool["mean_replicas"] == pytest.approx(replica_hours * 3600 / s["sim"]["simulated_s"], abs=1e-4)
     busy_gpu_s = (inst["busy_ms"] * inst["gpus"]).sum() / 1000
     assert s["gpu_utilization"] == pytest.approx(busy_gpu_s / (replica_hours * 3600), abs=1e-4)
+
+
+def replica_hours_between(timeline, start_ms: float, end_ms: float) -> float:
+    """The integral of the replicas paid for (serving + provisioning + draining) over [start_ms, end_ms]."""
+    t = timeline.to_pandas()
+    edges = np.append(np.clip(t["time_ms"].to_numpy(), start_ms, end_ms), end_ms)
+    replicas = (t["serving"] + t["provisioning"] + t["draining"]).to_numpy()
+    return float(np.dot(replicas, np.diff(edges))) / 3.6e6
+
+
+def test_with_a_measurement_window_cost_counts_the_replicas_billed_within_it(burst):
+    windowed = simulate(load_config([*QUEUE_SLO, "sim.warmup_s=15", "sim.measure_s=20"]))
+    first_ms = burst.requests["arrival_ms"].min()
+    end_ms = first_ms + burst.summary["sim"]["simulated_s"] * 1000
+    hours = replica_hours_between(burst.timeline, max(15_000, first_ms), min(35_000, end_ms))
+    pool = windowed.summary["autoscale"]["pools"]["default"]
+    assert pool["gpu_hours"] == pytest.approx(hours, abs=2e-6) and hours < replica_hours_between(
+        burst.timeline, first_ms, end_ms
+    )
+    assert windowed.timeline.to_pandas().equals(burst.timeline.to_pandas())  # the run itself is the same
 
 
 def test_the_same_seed_gives_identical_outputs(burst):
@@ -327,7 +343,6 @@ def test_without_autoscaling_nothing_changes_and_no_timeline_is_left(tmp_path):
          "cluster.autoscale.interval_s"),
         (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "cluster=heterogeneous"], "cluster.autoscale.kind"),
         (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "cluster.cells.count=2"], "cluster.autoscale.kind"),
-        (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=8", "sim.warmup_s=10"], "sim.warmup_s"),
     ],
 )
 def test_bad_autoscaling_names_the_key(overrides, key):

@@ -60,17 +60,11 @@ def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_by
 
 
 def refuse_unsupported(cells: Any, sim: Any, pools: Any) -> None:
-    """Autoscaling is not modelled with cells (each cell's share of a pool would scale on its own), and a
-    measurement window does not yet bill the replicas that ran within it: both are refused, naming the key."""
+    """Autoscaling is not modelled with cells (each cell's share of a pool would scale on its own): refused,
+    naming the key. (A measurement window is fine: distsim.metrics.window bills the replicas within it.)"""
     scaled = next((pool for pool in pools if pool.autoscale is not None), None)
-    if scaled is None:
-        return
-    if cells.enabled:
+    if scaled is not None and cells.enabled:
         raise ConfigError(
             f"{scaled.autoscale.key}.kind",
             f"autoscaling is not supported with cells (cluster.cells.count = {cells.count}); set it to 1",
-        )
-    if getattr(sim, "window", None) is not None:
-        raise ConfigError(
-            "sim.warmup_s", f"a measurement window is not supported with autoscaling ({scaled.autoscale.key}.kind) yet"
         )
