@@ -39,6 +39,8 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
     ]
     if "window" in summary:  # a measurement window: what the figures above count
         lines.insert(-1, _window_line(summary["window"]))
+    for name, pool in summary.get("autoscale", {}).get("pools", {}).items():  # autoscaled pools
+        lines.insert(-1, _autoscale_line(name, pool))
     if out_dir:
         lines.append(f"outputs       {out_dir}")
     return "\n".join(lines)
@@ -49,6 +51,14 @@ def _window_line(w: dict[str, Any]) -> str:
     return (
         f"window        {w['measured']:,} requests arriving in [{w['start_ms'] / 1000.0:,.2f} s, {end}) counted"
         f" ({w['excluded_before']:,} before, {w['excluded_after']:,} after); rates over {_fmt(w['span_s'], 2)} s"
+    )
+
+
+def _autoscale_line(name: str, p: dict[str, Any]) -> str:
+    return (
+        f"autoscale     {name} ({p['kind']}): {p['initial']} -> peak {p['peak_replicas']} of {p['max']} replicas, "
+        f"mean {_fmt(p['mean_replicas'], 2)}; {p['scale_ups']} up, {p['scale_downs']} down; "
+        f"{_fmt(p['gpu_hours'], 3)} GPU-h, ${_fmt(p['cost_usd'], 4)}"
     )
 
 
