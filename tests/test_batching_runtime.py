@@ -226,3 +226,38 @@ def test_only_runtime_pools_is_refused():
     with pytest.raises(ConfigError) as err:
         simulate(cfg)
     assert err.value.key == "cluster.pools"
+
+
+def test_runtime_replicas_on_mig_slices_share_gpus_with_llm_slices_and_are_billed_their_share():
+    cfg = load_config([
+        "cluster.pools=[{name:llm,count:2,hardware:H100,mig:{profile:3g.40gb}},"
+        "{name:vis,kind:runtime,model:vit-b-16,count:3,hardware:H100,mig:{profile:1g.10gb}}]",
+        "workload.mix={llm:0.5,vision:0.5}", "workload.num_requests=60",
+    ])
+    result = simulate(cfg)
+    inst = result.instances
+    assert inst["mig_profile"].tolist() == ["3g.40gb"] * 2 + ["1g.10gb"] * 3
+    for gpu, rows in inst.groupby("mig_gpu"):  # every sliced GPU is billed exactly once
+        assert rows["gpu_fraction"].sum() == pytest.approx(1.0)
+        assert rows["price_usd_per_gpu_hour"].sum() == pytest.approx(load_hardware("H100").price_usd_per_gpu_hour)
+    assert inst["mig_gpu"].nunique() == 2  # 3g + 3g + 1g on one GPU, the other two 1g on a second
+    assert (result.requests["status"] == "completed").all()
+
+
+def test_runtime_slices_alone_add_the_mig_columns_and_whole_llm_gpus_count_one():
+    result = simulate(load_config([
+        "cluster.pools=[{name:llm,count:1},{name:vis,kind:runtime,model:resnet-50,count:7,mig:{profile:1g.10gb}}]",
+        "workload.mix={llm:0.5,vision:0.5}", "workload.num_requests=40",
+    ]))
+    inst = result.instances
+    assert inst["gpu_fraction"].tolist() == [1.0] + [pytest.approx(1 / 7)] * 7
+    assert inst.loc[inst["role"] == "runtime", "mig_gpu"].nunique() == 1
+
+
+def test_a_model_that_does_not_fit_its_slice_is_refused_naming_the_profile():
+    with pytest.raises(ConfigError) as err:
+        simulate(load_config([
+            "cluster.pools=[{name:llm,count:1},{name:asr,kind:runtime,model:whisper-large-v3,mig:{profile:1g.10gb},"
+            "runtime:{concurrency:4}}]", "workload.num_requests=5",
+        ]))
+    assert err.value.key == "cluster.pools[1].mig.profile"

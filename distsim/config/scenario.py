@@ -70,6 +70,10 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     runtimes = resolve_runtime_pools(cfg.cluster)
     pools = tuple(resolve_pools(cfg.cluster))
     checks.prefix_routing_needs_caching(policy, pools)
+    if any(r.mig is not None for r in runtimes):  # runtime slices share GPUs with the vLLM pools' slices
+        from distsim.cluster.mig import place_pools
+
+        place_pools([*pools, *runtimes])
     cells = checks.cells(cfg.cluster.cells, pools)
     refuse_unsupported(cells, sim, pools)
     if requests is None:

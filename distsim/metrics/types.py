@@ -91,15 +91,40 @@ def types_summary(requests: Table, runtimes: list, span_s: float) -> dict[str, A
     return out
 
 
+def _slices(runtimes: list) -> list[tuple[Any, int] | None]:
+    """Each replica's (pool's MIG slices, its slice number), None on a whole GPU."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in runtimes:
+        k = seen[r.pool.name] = seen.get(r.pool.name, -1) + 1
+        out.append(None if r.pool.mig is None else (r.pool.mig, k))
+    return out
+
+
+def _with_mig_columns(table: Table) -> Table:
+    """The LLM instances' table with the MIG columns of whole GPUs (a runtime pool is sliced, no vLLM pool is)."""
+    n = len(table)
+    table.add("mig_profile", [""] * n, "str").add("mig_gpu", [-1] * n, "int64")
+    return table.add("gpu_fraction", [1.0] * n, "float64")
+
+
 def runtime_rows(table: Table, cluster: Any) -> Table:
     """instances.parquet with a row per runtime replica after the LLM instances' (their LLM counters 0) and the
-    batch columns (0 on LLM rows): batches, batched items, the largest batch, and requests dropped as too big."""
+    batch columns (0 on LLM rows): batches, batched items, the largest batch, and requests dropped as too big.
+    A replica on a MIG slice is billed its share of the GPU, as a vLLM instance on one is."""
     runtimes = cluster.runtimes
     n_llm = len(table)
+    slices = _slices(runtimes)
+    if any(slices) and "gpu_fraction" not in table:
+        table = _with_mig_columns(table)
     rows = {
         "instance": [r.index for r in runtimes], "pool": [r.pool.name for r in runtimes], "role": ["runtime"] * len(runtimes),
         "hardware": [r.pool.hardware.name for r in runtimes], "gpus": [r.pool.gpus for r in runtimes],
-        "price_usd_per_gpu_hour": [float(r.pool.hardware.price_usd_per_gpu_hour) for r in runtimes],
+        "price_usd_per_gpu_hour": [s[0].gpu_price_usd_per_hour * s[0].share[s[1]] if s else float(r.pool.hardware.price_usd_per_gpu_hour)
+                                   for r, s in zip(runtimes, slices)],
+        "mig_profile": [s[0].profile.name if s else "" for s in slices],
+        "mig_gpu": [s[0].gpu[s[1]] if s else -1 for s in slices],
+        "gpu_fraction": [s[0].share[s[1]] if s else 1.0 for s in slices],
         "busy_ms": [r.stats.busy_us / 1000.0 for r in runtimes], "admitted": [r.stats.admitted for r in runtimes],
         "completed": [r.stats.completed for r in runtimes], "dropped": [r.stats.dropped for r in runtimes],
     }

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distsim.catalog import load_hardware
+from distsim.catalog.mig import slice_hardware
 from distsim.catalog.runtime_models import RuntimeModelSpec, load_runtime_model
 from distsim.config import checks
 from distsim.errors import ConfigError
@@ -17,9 +18,11 @@ POOL_KINDS = ("vllm", "runtime")
 _VLLM_ONLY = ("engine", "latency")  # a runtime pool has no vLLM engine: these stay empty
 
 
-@dataclass(frozen=True)
+@dataclass
 class RuntimePoolSpec:
-    """A pool of ``count`` identical runtime replicas, each on one GPU of ``hardware``."""
+    """A pool of ``count`` identical runtime replicas, each on one GPU of ``hardware``, or on one MIG slice
+    (``mig``; ``hardware`` is then the slice's). Not frozen only so the MIG packer (distsim.cluster.mig
+    .place_pools) can record where its slices sit, as it does for vLLM pools."""
 
     name: str
     count: int
@@ -32,6 +35,7 @@ class RuntimePoolSpec:
     curve: ServiceCurve
     key: str
     gpus: int = 1
+    mig: Any = None  # distsim.cluster.mig.MigSlices; None: whole GPUs
 
 
 def is_runtime(raw: Any) -> bool:
@@ -49,6 +53,8 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
             raise ConfigError(f"{key}.{name}", "a runtime pool has no vLLM engine; set its runtime.* keys instead")
     if raw.get("role", "mixed") != "mixed":
         raise ConfigError(f"{key}.role", "a runtime pool has no P/D role (leave it mixed)")
+    if (raw.get("autoscale") or {}).get("kind") is not None:
+        raise ConfigError(f"{key}.autoscale.kind", "a runtime pool does not autoscale (not modelled yet)")
     model = load_runtime_model(checks.required(f"{key}.model", raw.get("model"), "for a runtime pool"), f"{key}.model")
     hardware = load_hardware(raw.get("hardware") or cluster.hardware, f"{key}.hardware")
     rt = raw.runtime
@@ -56,16 +62,28 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
     max_batch = checks.integer(f"{key}.runtime.max_batch_size", rt.max_batch_size, low=1)
     window_ms = checks.non_negative(f"{key}.runtime.batch_window_ms", rt.batch_window_ms)
     concurrency = checks.integer(f"{key}.runtime.concurrency", rt.concurrency, low=1)
+    mig = _mig(raw, hardware, key)
+    if mig is not None:  # each replica runs on a slice: the GPU scaled by the profile
+        hardware = slice_hardware(hardware, mig.profile)
     if model.weight_bytes * concurrency > hardware.memory_bytes:
-        raise ConfigError(f"{key}.runtime.concurrency", f"{concurrency} copies of {model.name}'s weights "
-                          f"({model.weight_bytes / 1e9:.2f} GB each) do not fit {hardware.name}'s memory")
+        where = f"a {mig.profile.name} slice of {hardware.name}" if mig is not None else hardware.name
+        raise ConfigError(f"{key}.mig.profile" if mig is not None else f"{key}.runtime.concurrency",
+                          f"{concurrency} copies of {model.name}'s weights ({model.weight_bytes / 1e9:.2f} GB each) do not "
+                          f"fit {where}'s memory ({hardware.memory_bytes / 1e9:.1f} GB)")
     curve_key = f"{key}.runtime.curve"
     curve = CURVES.get(rt.curve.kind, f"{curve_key}.kind")(rt.curve, CurveContext(model, hardware, max_batch, curve_key))
     serves = rt.serves or model.modality
     if serves == "llm":
         raise ConfigError(f"{key}.runtime.serves", "LLM requests go to vLLM pools; name a non-LLM type")
     return RuntimePoolSpec(raw["name"], count, str(serves), model, hardware, max_batch, int(round(window_ms * 1000)),
-                           concurrency, curve, key)
+                           concurrency, curve, key, mig=mig)
+
+
+def _mig(raw: Any, hardware: Any, key: str) -> Any:
+    """The pool's MIG slices (None: whole GPUs), as a vLLM pool's (distsim.cluster.mig)."""
+    from distsim.cluster.mig import resolve_mig
+
+    return resolve_mig(raw.get("mig"), hardware, f"{key}.mig", 1, 1, key)
 
 
 def resolve_runtime_pools(cluster: Any) -> tuple[RuntimePoolSpec, ...]:
