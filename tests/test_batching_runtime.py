@@ -237,7 +237,7 @@ def test_runtime_replicas_on_mig_slices_share_gpus_with_llm_slices_and_are_bille
     result = simulate(cfg)
     inst = result.instances
     assert inst["mig_profile"].tolist() == ["3g.40gb"] * 2 + ["1g.10gb"] * 3
-    for gpu, rows in inst.groupby("mig_gpu"):  # every sliced GPU is billed exactly once
+    for _gpu, rows in inst.groupby("mig_gpu"):  # every sliced GPU is billed exactly once
         assert rows["gpu_fraction"].sum() == pytest.approx(1.0)
         assert rows["price_usd_per_gpu_hour"].sum() == pytest.approx(load_hardware("H100").price_usd_per_gpu_hour)
     assert inst["mig_gpu"].nunique() == 2  # 3g + 3g + 1g on one GPU, the other two 1g on a second
