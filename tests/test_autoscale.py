@@ -322,6 +322,30 @@ def test_without_autoscaling_nothing_changes_and_no_timeline_is_left(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(summary_json(plain.summary))
 
 
+@pytest.mark.parametrize("policy", ["random", "round_robin", "cost_escalation"])
+def test_a_pool_that_never_changes_routes_exactly_as_a_fixed_one(policy):
+    base = ["workload.num_requests=300", f"policy={policy}"]
+    fixed = simulate(load_config(base))
+    steady_pool = simulate(load_config([*base, "cluster.autoscale.kind=scheduled", "cluster.autoscale.max=4",
+                                        "cluster.autoscale.schedule=[[1,4]]", "cluster.autoscale.interval_s=1"]))
+    assert steady_pool.requests.equals(fixed.requests) and steady_pool.instances.equals(fixed.instances)
+
+
+def test_each_pool_of_cluster_pools_scales_on_its_own():
+    r = simulate(load_config([
+        "cluster=heterogeneous", "workload.num_requests=400", "cluster.pools.1.autoscale.kind=scheduled",
+        "cluster.pools.1.autoscale.max=6", "cluster.pools.1.autoscale.schedule=[[2,6]]",
+        "cluster.pools.1.autoscale.provision_s=1",
+    ]))
+    assert list(r.summary["autoscale"]["pools"]) == ["a100"]
+    assert r.summary["autoscale"]["pools"]["a100"]["scale_ups"] == 2
+    a100 = r.instances[r.instances["pool"] == "a100"]
+    assert len(a100) == 6 and r.requests["instance"].isin(a100["instance"].iloc[4:]).any()
+    with pytest.raises(ConfigError) as err:
+        simulate(load_config(["cluster=heterogeneous", "cluster.pools.1.autoscale.kind=scheduled"]))
+    assert err.value.key == "cluster.pools[1].autoscale.max"
+
+
 @pytest.mark.parametrize(
     "overrides, key",
     [
