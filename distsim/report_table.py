@@ -41,6 +41,8 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
         lines.insert(-1, _window_line(summary["window"]))
     for name, pool in summary.get("autoscale", {}).get("pools", {}).items():  # autoscaled pools
         lines.insert(-1, _autoscale_line(name, pool))
+    for name, t in summary.get("types", {}).items():  # request types (workload.mix)
+        lines.insert(-1, _type_line(name, t))
     if out_dir:
         lines.append(f"outputs       {out_dir}")
     return "\n".join(lines)
@@ -59,6 +61,15 @@ def _autoscale_line(name: str, p: dict[str, Any]) -> str:
         f"autoscale     {name} ({p['kind']}): {p['initial']} -> peak {p['peak_replicas']} of {p['max']} replicas, "
         f"mean {_fmt(p['mean_replicas'], 2)}; {p['scale_ups']} up, {p['scale_downs']} down; "
         f"{_fmt(p['gpu_hours'], 3)} GPU-h, ${_fmt(p['cost_usd'], 4)}"
+    )
+
+
+def _type_line(name: str, t: dict[str, Any]) -> str:
+    lat, b = t["latency_ms"], t.get("batches")
+    batch = f"; batch items mean {_fmt(b['items']['mean'], 2)}, max {_fmt(b['items']['max'], 0)}" if b else ""
+    return (
+        f"type {name:<8} {t['requests']:,} requests, SLO {_fmt(t['slo_attainment'], 3)}, latency p50/p99 "
+        f"{_fmt(lat['p50'])}/{_fmt(lat['p99'])} ms, {_fmt(t['throughput']['requests_per_s'], 2)} req/s{batch}"
     )
 
 
