@@ -28,7 +28,7 @@ Held requests count as waiting in every signal (queue depth, queued tokens), in 
 an autoscaler's drain check, since they are queued on the instance.
 
 An instance idle while its queue holds only a held batch is waiting for the batch's wake-up, not
-deadlocked: INV-12 accepts it only while that wake-up is scheduled. INV-24 (docs/invariants.md) is what
+deadlocked: INV-12 accepts it only while that wake-up is scheduled. INV-25 (docs/invariants.md) is what
 :meth:`PrefillBatcher.check` verifies. The option off (the default) builds nothing here: the instance's
 own methods run unchanged.
 """
@@ -185,11 +185,11 @@ class PrefillBatcher:
         )
 
     def check(self) -> None:
-        """INV-24: held requests are new prompts queued here; a held batch is below its closing sizes and
+        """INV-25: held requests are new prompts queued here; a held batch is below its closing sizes and
         has its wake-up pending no later than its oldest request's window end."""
         inst = self.inst
         held = self._live()
-        where = f"INV-24: instance {inst.index}:"
+        where = f"INV-25: instance {inst.index}:"
         queued = {id(req) for req in inst.waiting}
         if any(id(req) not in queued or req.first_scheduled_us >= 0 for _, req in held):
             raise SimulationError(f"{where} a held request is not a new prompt in the waiting queue")
