@@ -12,14 +12,18 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
+from clikit import assert_user_error, run_module
 from omegaconf import OmegaConf
 from simkit import FAKE_HW, engine, run, tiny_model, transfer
 
+from distsim import load_config, simulate
 from distsim.cluster.pools import PoolSpec
 from distsim.config import checks
 from distsim.config.schema import PolicyConfig
+from distsim.errors import ConfigError
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
+from distsim.simulate import summary_json
 
 LATENCY = LinearLatency(100.0, 2.0, 5.0)  # step = 100 us + 2 us per prefill token + 5 us per decoder
 MODEL = tiny_model(1000)
@@ -251,3 +255,50 @@ def test_settings_that_hold_nothing_are_continuous_batching(least, window_us):
     pd.testing.assert_frame_equal(base.recorder.table(), same.recorder.table())
     assert base.loop.events == same.loop.events
 
+
+TINY = ["workload.num_requests=80", "cluster.instances=2"]
+
+
+def test_the_default_is_off_and_outputs_keep_their_columns():
+    base = simulate(load_config(TINY))
+    nulls = simulate(load_config([*TINY, "cluster.engine.prefill_batch_min=null", "cluster.engine.prefill_batch_window_ms=null"]))
+    assert summary_json(nulls.summary) == summary_json(base.summary)
+    assert not any(c.startswith("prefill_batch") for c in base.instances.columns)
+    on = simulate(load_config([*TINY, "cluster.engine.prefill_batch_min=4", "cluster.engine.prefill_batch_window_ms=40"]))
+    cols = on.instances[["prefill_batches", "prefill_batches_expired", "prefill_batch_held", "prefill_batch_hold_ms"]]
+    assert (cols["prefill_batches"] > 0).all() and (cols["prefill_batch_hold_ms"] > 0).all()
+    assert (cols["prefill_batch_hold_ms"] <= 40.0).all() and on.summary["requests"]["completed"] == 80
+
+
+def test_a_pool_may_batch_alone():
+    pools = ("cluster.pools=[{name: a, count: 1, engine: {prefill_batch_min: 4, prefill_batch_window_ms: 30}},"
+             " {name: b, count: 1}]")
+    result = simulate(load_config([*TINY, pools]))
+    assert list(result.instances["prefill_batch_held"] > 0) == [True, False]
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "overrides, key, words",
+    [
+        (["cluster.engine.prefill_batch_window_ms=-1"], "prefill_batch_window_ms", "must be a finite number"),
+        (["cluster.engine.prefill_batch_window_ms=inf"], "prefill_batch_window_ms", "must be a finite number"),
+        (["cluster.engine.prefill_batch_min=0", "cluster.engine.prefill_batch_window_ms=5"], "prefill_batch_min", ">= 1"),
+        (["cluster.engine.prefill_batch_min=4"], "prefill_batch_min", "needs prefill_batch_window_ms"),
+        (
+            ["cluster.engine.prefill_batch_min=300", "cluster.engine.prefill_batch_window_ms=5"],
+            "prefill_batch_min",
+            "must be <= max_num_seqs (256)",
+        ),
+    ],
+)
+def test_bad_values_are_a_config_error_naming_the_key(overrides, key, words):
+    with pytest.raises(ConfigError) as err:
+        simulate(load_config([*TINY, *overrides]))
+    assert f"cluster.engine.{key}" in str(err.value) and words in str(err.value)
+
+
+def test_a_bad_pool_override_is_one_line_naming_the_pool_key(tmp_path):
+    pool = "cluster.pools=[{name: a, count: 1, engine: {prefill_batch_window_ms: -3}}]"
+    proc = run_module("distsim", *TINY, pool, f"hydra.run.dir={tmp_path / 'run'}")
+    assert_user_error(proc, 2, "cluster.pools[0].engine.prefill_batch_window_ms", "finite number")

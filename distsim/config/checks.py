@@ -317,6 +317,36 @@ def engine(engine: Any, key: str) -> None:
         "KV offloading does; set cpu_kv_blocks=0 or enable prefix caching",
         cpu,
     )
+    prefill_batching(engine, need)
+
+
+def prefill_batching(engine: Any, need: Any) -> None:
+    """Windowed prefill batching's two keys (distsim/instance/batching.py)."""
+    window, least = engine.prefill_batch_window_ms, engine.prefill_batch_min
+    need(
+        window is None or (not isinstance(window, bool) and isinstance(window, (int, float)) and 0 <= window < math.inf),
+        "prefill_batch_window_ms",
+        "must be a finite number of milliseconds >= 0, or null for continuous batching",
+        window,
+    )
+    need(
+        least is None or (not isinstance(least, bool) and isinstance(least, int) and least >= 1),
+        "prefill_batch_min",
+        "must be an integer >= 1 (requests), or null",
+        least,
+    )
+    need(
+        least is None or window is not None,
+        "prefill_batch_min",
+        "needs prefill_batch_window_ms: without a window a batch short of its min would wait forever",
+        least,
+    )
+    need(
+        least is None or least <= engine.max_num_seqs,
+        "prefill_batch_min",
+        f"must be <= max_num_seqs ({engine.max_num_seqs}): a batch could never start that many",
+        least,
+    )
 
 
 def tp_within_node(tp: int, hardware: Any, gpus_per_node: int | None, engine_key: str, dp: int = 1) -> None:
