@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from distsim.policies.base import PolicyParams
 
 # what target_utilization can track, per serving replica: the instance-reported ones come from the
@@ -35,9 +37,10 @@ class Scaler:
     Params: ClassVar[type[ScalerParams]] = ScalerParams
     reads_completions: ClassVar[bool] = False  # reads the requests completed since the last evaluation
 
-    def __init__(self, params: Any, initial: int):
+    def __init__(self, params: Any, initial: int, rng: np.random.Generator | None = None):
         self.params = params
         self.initial = initial  # the pool's count: replicas serving at the start
+        self.rng = rng  # the pool's own stream ("autoscale/<pool>"), for a kind that draws (none built in does)
 
     def desired(self, probe: Any) -> int:
         """The replicas (serving plus provisioning) the pool should have now, before min/max and the

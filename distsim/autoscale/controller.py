@@ -27,6 +27,7 @@ from distsim.autoscale.membership import Membership
 from distsim.autoscale.probe import CompletionWatch, PoolProbe
 from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING, PoolReplicas, Replica
 from distsim.engine.loop import PRIO_AUTOSCALE
+from distsim.engine.rng import stream
 from distsim.errors import SimulationError
 from distsim.instance.kv_cache import KVCache
 
@@ -52,7 +53,7 @@ class ScaledPool:
 
 
 class Autoscaler:
-    def __init__(self, cluster: Any, pools: list[Any], recorder: Any):
+    def __init__(self, cluster: Any, pools: list[Any], recorder: Any, seed: int = 0):
         self.cluster, self.loop = cluster, cluster.loop
         self.instances = cluster.instances
         self.serving = np.ones(len(self.instances), dtype=bool)  # fixed pools always serve
@@ -68,7 +69,8 @@ class Autoscaler:
                 engines = [tuple(range(first + k * dp, first + (k + 1) * dp)) for k in range(spec.built_count)]
                 replicas = PoolReplicas(spec.name, engines, spec.count)
                 watch = CompletionWatch(recorder, {e for group in engines for e in group})
-                self.pools.append(ScaledPool(spec, spec.autoscale.cls(spec.autoscale.params, spec.count), replicas, watch))
+                scaler = spec.autoscale.cls(spec.autoscale.params, spec.count, stream(seed, f"autoscale/{spec.name}"))
+                self.pools.append(ScaledPool(spec, scaler, replicas, watch))
             first += spec.built_count * dp
 
     def start(self) -> None:
@@ -238,10 +240,11 @@ class _RecorderTap:
         return getattr(self.recorder, name)
 
 
-def attach_autoscaler(cluster: Any, pools: list[Any]) -> Autoscaler:
+def attach_autoscaler(cluster: Any, pools: list[Any], seed: int = 0) -> Autoscaler:
     """Autoscale ``cluster``'s autoscaled pools (built with ``max`` replicas each): from now only their
-    initial ``count`` serve. Sets ``cluster.autoscaler``."""
-    autoscaler = Autoscaler(cluster, pools, cluster.recorder)
+    initial ``count`` serve. Each pool's scaler gets its own random stream, "autoscale/<pool>". Sets
+    ``cluster.autoscaler``."""
+    autoscaler = Autoscaler(cluster, pools, cluster.recorder, seed)
     cluster.recorder = _RecorderTap(cluster.recorder, autoscaler)
     cluster.autoscaler = autoscaler
     autoscaler.start()

@@ -142,7 +142,7 @@ def build_cluster(
     if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
         from distsim.autoscale.controller import attach_autoscaler
 
-        attach_autoscaler(cluster, list(pools))
+        attach_autoscaler(cluster, list(pools), seed)
     return cluster
 
 

@@ -46,8 +46,8 @@ class ScheduleParams(ScalerParams):
 class Scheduled(Scaler):
     Params = ScheduleParams
 
-    def __init__(self, params: ScheduleParams, initial: int):
-        super().__init__(params, initial)
+    def __init__(self, params: ScheduleParams, initial: int, rng=None):
+        super().__init__(params, initial, rng)
         self.entries = [(round(t * 1e6), n) for t, n in params.entries()]
 
     def desired(self, probe) -> int:
