@@ -27,78 +27,23 @@ from distsim.config.settings import (
     SloDefaults,
     TransferSettings,
 )
+
+# the validators live in distsim.config.validators; checks.number etc. keep working for callers
+from distsim.config.validators import (  # noqa: F401
+    choice,
+    fraction,
+    integer,
+    ms_to_us,
+    non_negative,
+    number,
+    number_list,
+    positive,
+    required,
+)
 from distsim.config.window import measure_window
 from distsim.errors import ConfigError, warn_config
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)  # vLLM's --block-size choices
-
-# ---- validators ---------------------------------------------------------------------------------
-
-
-def required(key: str, value, why: str):
-    """Return ``value``; a null means the user left out a key that ``why`` needs."""
-    if value is None:
-        raise ConfigError(key, f"required {why}")
-    return value
-
-
-def number(key: str, value, *, low: float | None = None, strict: bool = False) -> float:
-    """A finite number, at least ``low`` (greater than it when ``strict``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(key, f"must be a number (got {value!r})")
-    x = float(value)
-    if not math.isfinite(x):
-        raise ConfigError(key, f"must be finite (got {value!r})")
-    if low is not None and (x <= low if strict else x < low):
-        raise ConfigError(key, f"must be {'>' if strict else '>='} {low:g} (got {value!r})")
-    return x
-
-
-def positive(key: str, value) -> float:
-    return number(key, value, low=0.0, strict=True)
-
-
-def non_negative(key: str, value) -> float:
-    return number(key, value, low=0.0)
-
-
-def integer(key: str, value, *, low: int | None = None) -> int:
-    """An integer (a float with an integral value is accepted), at least ``low``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
-        raise ConfigError(key, f"must be an integer (got {value!r})")
-    n = int(value)
-    if low is not None and n < low:
-        raise ConfigError(key, f"must be >= {low} (got {value!r})")
-    return n
-
-
-def fraction(key: str, value) -> float:
-    x = number(key, value)
-    if not 0.0 <= x <= 1.0:
-        raise ConfigError(key, f"must be in [0, 1] (got {value!r})")
-    return x
-
-
-def number_list(key: str, values, *, low: float = 0.0, strict: bool = False) -> list[float]:
-    """A non-empty list of numbers, each checked like :func:`number` with its index in the key."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise ConfigError(key, f"must be a list of numbers (got {values!r})")
-    values = list(values)
-    if not values:
-        raise ConfigError(key, "must not be empty")
-    return [number(f"{key}[{i}]", v, low=low, strict=strict) for i, v in enumerate(values)]
-
-
-def choice(key: str, value, options) -> str:
-    if value not in options:
-        raise ConfigError(key, f"unknown {value!r}; choose from {', '.join(sorted(options))}")
-    return value
-
-
-def ms_to_us(key: str, value) -> int:
-    """A duration in milliseconds >= 0 as integer microseconds."""
-    return int(round(non_negative(key, value) * 1000))
-
 
 # ---- sections ------------------------------------------------------------------------------------
 
@@ -184,10 +129,10 @@ def hedge(cfg: Any) -> HedgeSettings:
     key = "policy.hedge"
     if cfg.delay_slo_fraction is not None and cfg.delay_ms is not None:
         raise ConfigError(f"{key}.delay_ms", "give delay_slo_fraction or delay_ms, not both")
-    fraction = None if cfg.delay_slo_fraction is None else positive(f"{key}.delay_slo_fraction", cfg.delay_slo_fraction)
+    slo_fraction = None if cfg.delay_slo_fraction is None else positive(f"{key}.delay_slo_fraction", cfg.delay_slo_fraction)
     delay = None if cfg.delay_ms is None else ms_to_us(f"{key}.delay_ms", cfg.delay_ms)
     copies = integer(f"{key}.max_copies", cfg.max_copies, low=2)
-    return HedgeSettings(fraction, delay, copies, choice(f"{key}.target", cfg.target, HEDGE_TARGETS))
+    return HedgeSettings(slo_fraction, delay, copies, choice(f"{key}.target", cfg.target, HEDGE_TARGETS))
 
 
 def hedging_fits(policy: PolicySettings, pools: Any, slo: SloDefaults) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from distsim.config.validators import number
 from distsim.errors import ConfigError
 
 
@@ -31,8 +32,6 @@ class MeasureWindow:
 
 def _us(key: str, value: Any, *, zero_ok: bool) -> int:
     """Seconds (a finite number, > 0, or >= 0 when ``zero_ok``) as integer microseconds."""
-    from distsim.config.checks import number
-
     if value is None:
         raise ConfigError(key, "must be a number of seconds (got null)")
     seconds = number(key, value, low=0.0, strict=not zero_ok)

@@ -1,0 +1,76 @@
+"""Small validators of config values: each returns the checked value or raises ConfigError naming the key.
+
+A module of its own so that config modules which checks.py itself imports (distsim.config.window) can use
+them without an import circle; checks.py re-exports them, so ``checks.number`` keeps working.
+"""
+
+from __future__ import annotations
+
+import math
+
+from distsim.errors import ConfigError
+
+
+def required(key: str, value, why: str):
+    """Return ``value``; a null means the user left out a key that ``why`` needs."""
+    if value is None:
+        raise ConfigError(key, f"required {why}")
+    return value
+
+
+def number(key: str, value, *, low: float | None = None, strict: bool = False) -> float:
+    """A finite number, at least ``low`` (greater than it when ``strict``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"must be a number (got {value!r})")
+    x = float(value)
+    if not math.isfinite(x):
+        raise ConfigError(key, f"must be finite (got {value!r})")
+    if low is not None and (x <= low if strict else x < low):
+        raise ConfigError(key, f"must be {'>' if strict else '>='} {low:g} (got {value!r})")
+    return x
+
+
+def positive(key: str, value) -> float:
+    return number(key, value, low=0.0, strict=True)
+
+
+def non_negative(key: str, value) -> float:
+    return number(key, value, low=0.0)
+
+
+def integer(key: str, value, *, low: int | None = None) -> int:
+    """An integer (a float with an integral value is accepted), at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+        raise ConfigError(key, f"must be an integer (got {value!r})")
+    n = int(value)
+    if low is not None and n < low:
+        raise ConfigError(key, f"must be >= {low} (got {value!r})")
+    return n
+
+
+def fraction(key: str, value) -> float:
+    x = number(key, value)
+    if not 0.0 <= x <= 1.0:
+        raise ConfigError(key, f"must be in [0, 1] (got {value!r})")
+    return x
+
+
+def number_list(key: str, values, *, low: float = 0.0, strict: bool = False) -> list[float]:
+    """A non-empty list of numbers, each checked like :func:`number` with its index in the key."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ConfigError(key, f"must be a list of numbers (got {values!r})")
+    values = list(values)
+    if not values:
+        raise ConfigError(key, "must not be empty")
+    return [number(f"{key}[{i}]", v, low=low, strict=strict) for i, v in enumerate(values)]
+
+
+def choice(key: str, value, options) -> str:
+    if value not in options:
+        raise ConfigError(key, f"unknown {value!r}; choose from {', '.join(sorted(options))}")
+    return value
+
+
+def ms_to_us(key: str, value) -> int:
+    """A duration in milliseconds >= 0 as integer microseconds."""
+    return int(round(non_negative(key, value) * 1000))
