@@ -20,9 +20,9 @@ The rules, one per kind of figure:
   time, so its gaps are picked by time. Cost is the fleet's price over the span.
 - **Whole run**: instances.parquet, and summary.json's ``cpu_kv``, ``kv_transfer``, ``signals``,
   ``cells`` and ``workload``; ``sim.simulated_s`` stays the run's own length. With hedging, its section
-  counts the measured requests (distsim.metrics.hedging reads the column). With autoscaling (which the
-  config checks still refuse with a window), cost and GPU-hours follow the replicas billed within the span
-  and ``autoscale``'s scale counts and peak are the run's; tests/test_windows.py runs it past the check.
+  counts the measured requests (distsim.metrics.hedging reads the column). With autoscaling, cost and
+  GPU-hours follow the replicas billed within the span and ``autoscale``'s scale counts and peak are the
+  run's (tests/test_windows.py).
 """
 
 from __future__ import annotations
