@@ -227,3 +227,11 @@ def test_mig_json_has_a_source_for_every_gpu():
     data = json.loads(resources.files("distsim.catalog").joinpath("data", "mig.json").read_text())
     for gpu, entry in data["gpus"].items():
         assert all(key.strip() in data["_sources"] for key in entry["source"].split(",")), gpu
+
+
+def test_hedging_prices_a_slices_wasted_work_at_its_share_of_a_gpu():
+    r = simulate(load_config(["cluster=mig_mixed", "policy=hedged", "workload=mmpp_heavy_tail", "workload.num_requests=200"]))
+    inst, hedging = r.instances, r.summary["hedging"]
+    busy_gpu_s = float((inst["busy_ms"] / 1000.0 * inst["gpus"] * inst["gpu_fraction"]).sum())
+    assert hedging["copies_sent"] > 0
+    assert hedging["wasted_gpu_fraction"] == pytest.approx(hedging["wasted_gpu_s"] / busy_gpu_s, rel=1e-3, abs=1e-6)

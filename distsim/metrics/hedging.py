@@ -12,15 +12,17 @@ from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
 
 
-def gpu_seconds_per_token(instances: list[Any]) -> dict[int, tuple[float, float]]:
+def gpu_seconds_per_token(instances: list[Any], fractions: list[float] | None = None) -> dict[int, tuple[float, float]]:
     """Each instance's GPU-seconds per prefill token and per decode token: every step's time split among
     its tokens equally (so a 2,048-token chunk beside 8 decoders takes most of its step), summed over the
-    run by phase, over the tokens of that phase. The price of a cancelled copy's work."""
+    run by phase, over the tokens of that phase. The price of a cancelled copy's work. ``fractions``: each
+    instance's share of a GPU (MIG slices; None: whole GPUs)."""
     rates = {}
-    for inst in instances:
+    for i, inst in enumerate(instances):
         s = inst.stats
-        prefill_s = s.prefill_busy_us / 1e6 * inst.gpus
-        decode_s = (s.busy_us - s.prefill_busy_us) / 1e6 * inst.gpus
+        gpus = inst.gpus * (fractions[i] if fractions else 1.0)
+        prefill_s = s.prefill_busy_us / 1e6 * gpus
+        decode_s = (s.busy_us - s.prefill_busy_us) / 1e6 * gpus
         rates[inst.index] = (
             prefill_s / s.prefill_tokens if s.prefill_tokens else 0.0,
             decode_s / s.decode_tokens if s.decode_tokens else 0.0,
@@ -31,14 +33,16 @@ def gpu_seconds_per_token(instances: list[Any]) -> dict[int, tuple[float, float]
 def add_hedging(table: Table, instances: Table, cluster: Any) -> dict[str, Any]:
     """Add the hedging columns to the request table; return the summary section (over the measured rows
     when a measurement window marks them)."""
-    columns = hedging_columns(cluster.hedgers, table["request_id"], gpu_seconds_per_token(cluster.instances))
+    fractions = list(instances["gpu_fraction"]) if "gpu_fraction" in instances else None  # MIG slices
+    columns = hedging_columns(cluster.hedgers, table["request_id"], gpu_seconds_per_token(cluster.instances, fractions))
     for name, values in columns.items():
         table.add(name, values, "float64" if name == "wasted_gpu_s" else "int64")
     rows = table["measured"] if "measured" in table else np.ones(len(table), dtype=bool)
     copies, winner = table["copies"][rows], table["hedge_winner"][rows]
     hedged = copies > 1
     n_hedged = int(hedged.sum())
-    busy_gpu_s = float(np.dot(instances["busy_ms"] / 1000.0, instances["gpus"]))
+    gpus = instances["gpus"] * instances["gpu_fraction"] if fractions else instances["gpus"]
+    busy_gpu_s = float(np.dot(instances["busy_ms"] / 1000.0, gpus))
     wasted_gpu_s = float(table["wasted_gpu_s"][rows].sum())
     return {
         "requests": int(rows.sum()),
