@@ -158,8 +158,9 @@ class Fleet(Intake):
         self.record_cells.append(cell)
         self.recorder.done(req)
         if self._exhausted and len(self.recorder.records) == self.arrived:
-            for hedger in self.hedgers:  # every request is recorded: its pending hedge timers must not run on
-                self.loop.drop(hedger)
+            owners = [owner for cell in self.cells for owner in cell.timer_owners]
+            if owners:  # every request is recorded: pending timers must not prolong the run
+                self.loop.drop(*owners)
 
     # ------------------------------------------------------------------ end of run
     def finish(self, horizon_us: int | None) -> None:

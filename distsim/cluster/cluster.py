@@ -25,6 +25,7 @@ from distsim.cluster.view import ClusterView, RouterState
 from distsim.config.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.engine.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.errors import SimulationError, warn_config
+from distsim.instance.batching import PrefillBatcher
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
 from distsim.request import Request, Status
@@ -124,8 +125,11 @@ class Cluster(Intake):
 
     def _wire_hedger(self, hedger: Hedger | None) -> None:
         """Hedging (policy.hedge): the hedger's timers come here, and the instances report first tokens
-        and cancelled copies."""
+        and cancelled copies. ``timer_owners``: whose pending timers are dropped once every request is
+        recorded (the hedger's, the prefill batchers')."""
         self.hedger = hedger
+        batchers = [b for inst in self.instances if isinstance(b := getattr(inst, "batcher", None), PrefillBatcher)]
+        self.timer_owners = ([hedger] if hedger is not None else []) + batchers
         if hedger is not None:
             hedger.on_timer = self._hedge
             for inst in self.instances:
@@ -225,8 +229,8 @@ class Cluster(Intake):
     def _record(self, req: Request) -> None:
         self.recorded += 1
         self.recorder.done(req)
-        if self.hedger is not None and self._exhausted and self.recorded == self.arrived:
-            self.loop.drop(self.hedger)  # every request is recorded: its pending hedge timers must not run on
+        if self.timer_owners and self._exhausted and self.recorded == self.arrived:
+            self.loop.drop(*self.timer_owners)  # every request is recorded: pending timers must not prolong the run
 
     # ------------------------------------------------------------------ hedging (distsim.cluster.hedging)
     def _hedge(self, now: int, item: tuple[Request, int]) -> None:

@@ -74,11 +74,13 @@ class EventLoop:
     def pending(self) -> int:
         return len(self._heap)
 
-    def drop(self, owner: Any) -> int:
-        """Remove the pending events whose handler is a method of ``owner`` (the autoscaler, once the run
-        has nothing left to do, so its timers do not prolong the run); returns how many. O(pending)."""
+    def drop(self, *owners: Any) -> int:
+        """Remove the pending events whose handler is a method of one of ``owners`` (timers: the autoscaler's,
+        the hedgers', the prefill batchers', once the run has nothing left to do, so they do not prolong it);
+        returns how many. O(pending), once per run."""
         heap = self._heap
-        keep = [e for e in heap if getattr(e[3], "__self__", None) is not owner]
+        ids = {id(owner) for owner in owners}
+        keep = [e for e in heap if id(getattr(e[3], "__self__", None)) not in ids]
         dropped = len(heap) - len(keep)
         heap[:] = keep  # in place: run() holds the list
         heapq.heapify(heap)

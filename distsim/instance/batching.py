@@ -86,6 +86,7 @@ class PrefillBatcher:
         self.held: deque[tuple[int, Request]] = deque()  # (time it reached the instance, request), oldest first
         self.held_tokens = 0
         self.timer_us: int | None = None  # the pending wake-up, if any
+        self.timer_tag = 0  # the live wake-up's tag: one of a batch closed early finds it changed (a no-op)
         self.batches = 0  # batches closed
         self.expired = 0  # of them, closed by the window's end
         self.held_requests = 0  # requests that were held
@@ -118,11 +119,14 @@ class PrefillBatcher:
 
     def _set_timer(self, at_us: int) -> None:
         self.timer_us = at_us
-        self.inst.loop.schedule(at_us, PRIO_CLUSTER, self._on_timer)
+        self.timer_tag += 1
+        self.inst.loop.schedule(at_us, PRIO_CLUSTER, self._on_timer, self.timer_tag)
 
-    def _on_timer(self, now: int, _arg: object) -> None:
+    def _on_timer(self, now: int, tag: int) -> None:
         """The wake-up: the window of the oldest request still held has ended (or, that one cancelled,
-        the wake-up moves to the next one's)."""
+        the wake-up moves to the next one's). A wake-up of a batch closed early is stale: nothing to do."""
+        if tag != self.timer_tag:
+            return
         self.timer_us = None
         if not self._live():
             return
@@ -149,8 +153,8 @@ class PrefillBatcher:
         self.hold_us += sum(now - t for t, _ in self.held)
         self.held.clear()
         self.held_tokens = 0
-        if self.timer_us is not None:  # closed before its window ended: the wake-up must not outlive it
-            inst.loop.drop(self)
+        if self.timer_us is not None:  # closed before its window ended: its wake-up goes stale (the cluster
+            self.timer_tag += 1  # drops stale ones once every request is recorded, so none prolongs the run)
             self.timer_us = None
         if not inst.busy:
             inst._wake(now)
