@@ -150,9 +150,9 @@ def test_a_named_type_of_ones_own():
         (["workload.mix={llm:-1,vision:1}", FLEET], "workload.mix.llm"),
         (["workload.mix={llm:0,vision:0}", FLEET], "workload.mix"),
         (["workload.mix=3", FLEET], "workload.mix"),
-        ([MIX, FLEET, "workload.types.vision.slo_ms=-5"], "workload.types.vision.slo_ms"),
-        ([MIX, FLEET, "workload.types.vision.items.dist=zipf"], "workload.types.vision.items.dist"),
-        ([MIX, FLEET, "workload.types.vision.size.value=oops"], "workload.types.vision.size.value"),
+        ([MIX, FLEET, "+workload.types.vision.slo_ms=-5"], "workload.types.vision.slo_ms"),
+        ([MIX, FLEET, "+workload.types.vision.items.dist=zipf"], "workload.types.vision.items.dist"),
+        ([MIX, FLEET, "+workload.types.vision.size.value=oops"], "workload.types.vision.size.value"),
         ([MIX, FLEET, "workload.sessions.enabled=true"], "workload.mix"),
     ],
 )
@@ -197,3 +197,9 @@ def test_a_broken_typed_row_names_the_file_and_line(tmp_path):
     with pytest.raises(InputFileError) as err:
         simulate(load_config([*TRACE[:2], f"workload.path={bad}", "workload.num_requests=null", FLEET]))
     assert err.value.line == 2
+
+
+def test_a_key_of_a_built_in_type_overrides_only_that_key():
+    cfg = load_config([MIX, "+workload.types.vision.slo_ms=100", "workload.num_requests=2000"])
+    vision = [r for r in build_workload(cfg.workload, seed=0) if r.rtype == "vision"]
+    assert {r.latency_slo_ms for r in vision} == {100.0} and {r.items for r in vision} == {1, 2, 3, 4}

@@ -133,19 +133,6 @@ class RequestTypeConfig:
     slo_ms: float | None = None  # null: no latency SLO (every completed request meets it)
 
 
-def _default_types() -> dict[str, dict]:
-    """vision: one to four 224-pixel images (ImageNet's input); asr: one utterance of 2-30 s of audio (a
-    lognormal around 8 s, clamped to Whisper's 30 s window). SLOs a platform would set for interactive use.
-    Plain dicts: a type is any name (``+workload.types.NAME={...}``), each checked against
-    RequestTypeConfig when the workload is built."""
-    return {
-        "vision": {"items": {"dist": "uniform", "low": 1, "high": 4}, "size": {"dist": "fixed", "value": 224.0},
-                   "slo_ms": 200.0},
-        "asr": {"items": {"dist": "fixed", "value": 1},
-                "size": {"dist": "lognormal", "mu": 2.08, "sigma": 0.6, "min": 2.0, "max": 30.0}, "slo_ms": 1000.0},
-    }
-
-
 @dataclass
 class WorkloadConfig:
     kind: str = "synthetic"  # synthetic | trace
@@ -168,6 +155,8 @@ class WorkloadConfig:
     max_rows: int | None = None  # read at most this many rows (after the window start)
     jitter_s: float | None = None  # add uniform [0, jitter_s) to each arrival (smooths ticked traces)
     # request types (distsim.workload.mix): shares by type name, e.g. {llm: 0.7, vision: 0.2, asr: 0.1};
-    # {} (the default): every request is an LLM request, and nothing changes. ``types``: what each non-LLM type carries.
+    # null (the default): every request is an LLM request, and nothing changes. ``types``: what a non-LLM type
+    # carries (RequestTypeConfig), over the built-in vision and asr (distsim.workload.mix.BUILTIN_TYPES): any
+    # name, e.g. +workload.types.ocr={slo_ms: 500} or +workload.types.vision.slo_ms=100
     mix: Any = None
-    types: Any = field(default_factory=_default_types)
+    types: Any = field(default_factory=dict)

@@ -22,7 +22,7 @@ import numpy as np
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from distsim.config.workload import RequestTypeConfig
+from distsim.config.workload import DistConfig, RequestTypeConfig
 from distsim.engine.rng import stream
 from distsim.errors import ConfigError
 from distsim.request import Request, new_typed_request
@@ -31,6 +31,17 @@ from distsim.workload.lengths import Buffered, Sampler
 
 LLM = "llm"
 BLOCK = 4096
+
+# The built-in types (a workload's ``types.NAME`` keys override theirs). vision: one to four 224-pixel images
+# (ImageNet's input), 200 ms SLO; asr: one clip of 2-30 s of audio (a lognormal around 8 s, clamped to
+# Whisper's 30 s window), 1 s SLO. SLOs a platform would set for interactive use. In code, not in the
+# schema's defaults: config nodes cost every run, used or not.
+BUILTIN_TYPES = {
+    "vision": RequestTypeConfig(items=DistConfig(dist="uniform", low=1, high=4), size=DistConfig(dist="fixed", value=224.0),
+                                slo_ms=200.0),
+    "asr": RequestTypeConfig(items=DistConfig(dist="fixed", value=1),
+                             size=DistConfig(dist="lognormal", mu=2.08, sigma=0.6, min=2.0, max=30.0), slo_ms=1000.0),
+}
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,7 @@ class Mix:
 def _request_type(name: str, raw: Any) -> RequestType:
     key = f"workload.types.{name}"
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(RequestTypeConfig), raw)
+        cfg = OmegaConf.merge(OmegaConf.structured(BUILTIN_TYPES.get(name, RequestTypeConfig())), raw or {})
     except OmegaConfBaseException as err:
         sub = getattr(err, "full_key", None) or "?"
         raise ConfigError(f"{key}.{sub}", str(err).splitlines()[0]) from None
@@ -70,9 +81,9 @@ def _request_type(name: str, raw: Any) -> RequestType:
 
 def type_slos(cfg: Any) -> dict[str, float | None]:
     """Each configured type's latency SLO (a trace's typed rows take their type's; an unknown type: none)."""
-    out = {}
+    out = {name: t.slo_ms for name, t in BUILTIN_TYPES.items()}
     for name, raw in (cfg.get("types") or {}).items():
-        slo = raw.get("slo_ms") if hasattr(raw, "get") else None
+        slo = raw.get("slo_ms", out.get(str(name))) if hasattr(raw, "get") else None
         out[str(name)] = None if slo is None else checks.positive(f"workload.types.{name}.slo_ms", slo)
     return out
 
@@ -91,7 +102,8 @@ def resolve_mix(cfg: Any) -> Mix | None:
         raise ConfigError("workload.mix", "the shares sum to 0: give at least one type a positive share")
     if all(n == LLM or s == 0 for n, s in zip(names, shares)):
         return None
-    known = cfg.get("types") or {}
+    given = cfg.get("types") or {}
+    known = set(given) | set(BUILTIN_TYPES)
     types = {}
     for name, share in zip(names, shares):
         if name == LLM or share == 0:
@@ -99,7 +111,7 @@ def resolve_mix(cfg: Any) -> Mix | None:
         if name not in known:
             raise ConfigError(f"workload.mix.{name}", f"no workload.types.{name} says what it carries; known types: "
                               f"{', '.join([LLM, *sorted(known)])}")
-        types[name] = _request_type(name, known[name])
+        types[name] = _request_type(name, given.get(name))
     if cfg.sessions.enabled:
         raise ConfigError("workload.mix", "sessions are LLM conversations: a mix with non-LLM types needs sessions off")
     return Mix(names, tuple(s / total for s in shares), types)
