@@ -65,9 +65,11 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
     transfer = checks.transfer(cfg.cluster.kv_transfer)
     frontend = checks.frontend(cfg.cluster.frontend)
     policy = checks.policy(cfg.policy)
-    from distsim.runtime.settings import resolve_runtime_pools
+    runtimes: tuple = ()
+    if cfg.cluster.pools:  # a list of pools may hold batching runtimes (imported only then: it costs every run)
+        from distsim.runtime.settings import resolve_runtime_pools
 
-    runtimes = resolve_runtime_pools(cfg.cluster)
+        runtimes = resolve_runtime_pools(cfg.cluster)
     pools = tuple(resolve_pools(cfg.cluster))
     checks.prefix_routing_needs_caching(policy, pools)
     if any(r.mig is not None for r in runtimes):  # runtime slices share GPUs with the vLLM pools' slices

@@ -59,9 +59,11 @@ def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> Workload
     seed = checks.integer("seed", seed, low=0)
     block_size = checks.integer("cluster.engine.block_size", block_size, low=1)
     source = KINDS.get(cfg.kind)(cfg, seed, block_size)
+    if cfg.get("mix") is None:  # every request an LLM request (the mix module is not even imported)
+        return source
     from distsim.workload.mix import MixedSource, resolve_mix
 
-    mix = resolve_mix(cfg)  # request types (workload.mix); None: every request is an LLM request
+    mix = resolve_mix(cfg)  # request types (workload.mix); None: only LLM requests after all
     return source if mix is None else MixedSource(source, mix, seed)
 
 
