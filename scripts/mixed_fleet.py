@@ -2,7 +2,9 @@
 requests, Poisson 36 req/s) on the mixed fleet (cluster=mixed_fleet: 4 x H100 for Llama-3.1-8B, ViT-B/16 on
 one L40S, Whisper large-v3 on one H100, both runtimes timed by the roofline service curve). Prints, per seed,
 each type's counts, SLO attainment, latency percentiles, throughput and batch sizes; then, for the first
-seed, the ASR runtime's batching window swept (what a longer window buys in batch size and costs in latency).
+seed, the ASR runtime's batching window swept (what a longer window buys in batch size and costs in latency);
+and the vision runtime alone under load (only vision requests, 20,000 of them, at 1,000 to 4,000 req/s, with
+a batching window of 0 and 2 ms), where batching decides the capacity.
 
     python scripts/mixed_fleet.py [--seeds 3] > scripts/results/mixed_fleet.txt
 """
@@ -55,6 +57,25 @@ def main() -> None:
         t = simulate(cfg).summary["types"]["asr"]
         print(f"| {window:g} | {t['latency_ms']['p50']:.1f} / {t['latency_ms']['p99']:.1f} | "
               f"{t['batches']['items']['mean']:.2f} / {t['batches']['items']['max']:.0f} | {t['slo_attainment']:.3f} |")
+    vision_under_load()
+
+
+def vision_under_load() -> None:
+    """The vision runtime alone (ViT-B/16 on one L40S, up to 32 images, 2 slots) at rising rates (seed 0)."""
+    print()
+    print("Vision runtime alone under load (seed 0; workload.mix.llm=0, workload.mix.asr=0, 20,000 requests):")
+    print()
+    print("| offered req/s | window ms | latency p50 / p99 ms | images/s | batch items mean / p99 | SLO met |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for rate in (1000, 2000, 3000, 4000):
+        for window in (0.0, 2.0):
+            cfg = load_config([*BASE, "workload.mix.llm=0", "workload.mix.asr=0", f"workload.arrival.rate_rps={rate}",
+                               "workload.num_requests=20000"])
+            cfg.cluster.pools[1].runtime.batch_window_ms = window
+            t = simulate(cfg).summary["types"]["vision"]
+            lat, b = t["latency_ms"], t["batches"]["items"]
+            print(f"| {rate:,} | {window:g} | {lat['p50']:.1f} / {lat['p99']:.1f} | {t['throughput']['items_per_s']:,.0f} | "
+                  f"{b['mean']:.1f} / {b['p99']:.0f} | {t['slo_attainment']:.3f} |")
 
 
 if __name__ == "__main__":
