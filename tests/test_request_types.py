@@ -203,3 +203,15 @@ def test_a_key_of_a_built_in_type_overrides_only_that_key():
     cfg = load_config([MIX, "+workload.types.vision.slo_ms=100", "workload.num_requests=2000"])
     vision = [r for r in build_workload(cfg.workload, seed=0) if r.rtype == "vision"]
     assert {r.latency_slo_ms for r in vision} == {100.0} and {r.items for r in vision} == {1, 2, 3, 4}
+
+
+def test_a_parquet_trace_carries_the_same_type_columns(tmp_path):
+    import pandas as pd
+
+    frame = pd.read_csv("tests/fixtures/traces/typed.csv")
+    path = tmp_path / "typed.parquet"
+    frame.to_parquet(path, index=False)
+    from_csv = simulate(load_config([*TRACE, FLEET])).requests
+    from_parquet = simulate(load_config(["workload.kind=trace", "workload.format=parquet", f"workload.path={path}",
+                                         "workload.num_requests=null", FLEET])).requests
+    assert from_parquet[["type", "items", "size"]].equals(from_csv[["type", "items", "size"]])
