@@ -212,7 +212,6 @@ def test_bad_runtime_settings_are_one_config_error_naming_the_key(runtime, key):
         (pools("", llm="{name:llm,count:1,model:resnet-50}"), "cluster.pools[0].model"),
         (pools("", llm="{name:llm,count:1,autoscale:{kind:queue_slo,max:2}}"), "cluster.pools[0].autoscale.kind"),
         ([*pools("", llm="{name:llm,count:2}"), "cluster.cells.count=2"], "cluster.pools[1].kind"),
-        ([*pools(""), "sim.warmup_s=1"], "sim.warmup_s"),
     ],
 )
 def test_runtime_pools_with_what_is_not_modelled_are_refused(overrides, key):

@@ -89,5 +89,5 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
             or isinstance(requests, (list, tuple)):
         from distsim.runtime.checks import check_types
 
-        typed = check_types(requests, runtimes, pools, cells, sim)
+        typed = check_types(requests, runtimes, pools, cells)
     return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells, runtimes, typed)

@@ -51,14 +51,22 @@ def measure(
         summary["mig"] = mig_summary(cluster, instances)
     summary["signals"] = {"scrapes": cluster.board.scrapes}
     if "type" in table:  # request types in play (workload.mix): per-type figures
-        from distsim.metrics.types import types_summary
-
-        summary["types"] = types_summary(table, runtimes or [], summary["_derived"]["span_s"])
+        summary["types"] = types_section(table, runtimes or [], summary["_derived"]["span_s"], window)
     if getattr(cluster, "hedgers", None):  # hedging on: its request columns and summary section
         from distsim.metrics.hedging import add_hedging
 
         summary["hedging"] = add_hedging(table, instances, cluster)
     return table, instances, summary
+
+
+def types_section(table: Table, runtimes: list, span_s: float, window: Any) -> dict:
+    """summary.json's ``types``; with a measurement window, its measured requests and the batches ending in
+    its span (distsim.metrics.window)."""
+    if window is not None:
+        return window.types(table, runtimes, span_s)
+    from distsim.metrics.types import types_summary
+
+    return types_summary(table, runtimes, span_s)
 
 
 def instance_table(cluster: Any) -> Table:

@@ -54,12 +54,17 @@ class TypedRecorder(Recorder):
         return t.add("latency_slo_ms", slo, "float64")
 
 
-def _batches(runtimes: list, name: str) -> list:
-    return [b for r in runtimes if r.serves == name for b in r.batches]
+def _batches(runtimes: list, name: str, ended_in: tuple[int, int] | None) -> list:
+    batches = [b for r in runtimes if r.serves == name for b in r.batches]
+    if ended_in is None:
+        return batches
+    low, high = ended_in
+    return [b for b in batches if low < b.end_us <= high]
 
 
-def types_summary(requests: Table, runtimes: list, span_s: float) -> dict[str, Any]:
-    """summary.json's ``types``, one entry per type in name order."""
+def types_summary(requests: Table, runtimes: list, span_s: float, ended_in: tuple[int, int] | None = None) -> dict[str, Any]:
+    """summary.json's ``types``, one entry per type in name order. ``ended_in`` (a measurement window's
+    (start, end] in microseconds): only the batches ending inside it; None: every batch started."""
     kinds = requests["type"]
     done = is_status(requests, "completed")
     out: dict[str, Any] = {}
@@ -80,7 +85,7 @@ def types_summary(requests: Table, runtimes: list, span_s: float) -> dict[str, A
             entry["ttft_ms"] = distribution(requests["ttft_ms"][mine & done])
         else:
             entry["throughput"]["items_per_s"] = rnd(int(requests["items"][mine & done].sum()) / span_s)
-            batches = _batches(runtimes, name)
+            batches = _batches(runtimes, name, ended_in)
             entry["batches"] = {
                 "count": len(batches),
                 "items": distribution(np.array([b.items for b in batches], dtype=np.float64)),

@@ -17,7 +17,12 @@ The rules, one per kind of figure:
   edges (nothing runs there, so the run is the same) and each instance's counters are snapshotted: busy
   time of the steps ended by then (the ended steps of a fast-forwarded run in flight included), and how
   many single steps and recompute gaps it has recorded; a fast-forwarded run keeps every step's end
-  time, so its gaps are picked by time. Cost is the fleet's price over the span.
+  time, so its gaps are picked by time. Cost is the fleet's price over the span. A batching runtime's
+  replica (distsim.runtime) is snapshotted the same way: its busy time credited at batch ends, so the
+  window counts the busy time of the batches *ending* inside the span; ``types``' batch figures count
+  those batches.
+- **Per type** (``types``, with request types in play): the measured requests of each type, rates over
+  the measured span, and the batches ending inside the span.
 - **Whole run**: instances.parquet, and summary.json's ``cpu_kv``, ``kv_transfer``, ``signals``,
   ``cells`` and ``workload``; ``sim.simulated_s`` stays the run's own length. With hedging, its section
   counts the measured requests (distsim.metrics.hedging reads the column). With autoscaling, cost and
@@ -61,6 +66,15 @@ def counters_at(inst: Any, now: int) -> Counters:
     return Counters(busy, len(stats.itl_step_durations), len(stats.itl_single))
 
 
+def snapshot(cluster: Any, now: int) -> dict[int, Counters]:
+    """Every instance's counters at ``now``, and every runtime replica's (its busy time credited at batch
+    ends; it has no token gaps)."""
+    out = {inst.index: counters_at(inst, now) for inst in cluster.instances}
+    for replica in getattr(cluster, "runtimes", ()):
+        out[replica.index] = Counters(replica.busy_ended_us(), 0, 0)
+    return out
+
+
 @dataclass
 class WindowProbe:
     """Runs the event loop in segments up to the window's edges, snapshotting every instance there, then
@@ -68,6 +82,7 @@ class WindowProbe:
 
     window: MeasureWindow
     edges: list[dict[int, Counters]] = field(default_factory=list)  # at the start, and the end if closed
+    stop_us: int = 0  # the measured span's end (set by ``summary``)
 
     def run(self, loop: Any, cluster: Any, horizon_us: int | None) -> int:
         """Run ``loop`` to its end (the horizon), pausing at the window's edges; the final time."""
@@ -76,7 +91,7 @@ class WindowProbe:
                 break
             loop.horizon_us = edge  # events at the edge run before the pause
             loop.run()
-            self.edges.append({inst.index: counters_at(inst, edge) for inst in cluster.instances})
+            self.edges.append(snapshot(cluster, edge))
         loop.horizon_us = horizon_us
         return loop.run()
 
@@ -98,6 +113,7 @@ class WindowProbe:
         """summary.json over the window (fitness not yet added); adds the ``measured`` column to ``table``."""
         before, measured, after = self.measured(table)
         start_us, stop_us = self.span_us(cluster.first_arrival_us, end_us)
+        self.stop_us = stop_us
         rows = take_rows(table, measured)
         fleet = self.fleet_table(instances, cluster, rows)
         itl_values, itl_weights = self.itl_samples(cluster)
@@ -132,8 +148,18 @@ class WindowProbe:
         """The counters at the window's end: its snapshot, or the run's final ones for an open window."""
         if self.window.end_us is not None:
             return self.edges[1]
-        return {inst.index: Counters(inst.stats.busy_us, len(inst.stats.itl_step_durations), len(inst.stats.itl_single))
-                for inst in cluster.instances}
+        out = {inst.index: Counters(inst.stats.busy_us, len(inst.stats.itl_step_durations), len(inst.stats.itl_single))
+               for inst in cluster.instances}
+        out.update((r.index, Counters(r.stats.busy_us, 0, 0)) for r in getattr(cluster, "runtimes", ()))
+        return out
+
+    def types(self, table: Table, runtimes: list, span_s: float) -> dict:
+        """summary.json's ``types`` over the window: the measured rows (``summary`` added the column), and
+        the runtimes' batches that ended inside the span (as the fleet figures count steps)."""
+        from distsim.metrics.types import types_summary
+
+        rows = take_rows(table, table["measured"])
+        return types_summary(rows, runtimes, span_s, ended_in=(self.window.start_us, self.stop_us))
 
     def fleet_table(self, instances: Table, cluster: Any, rows: Table) -> Table:
         """instances' columns for the summary, with busy time and too-long refusals inside the window."""

@@ -12,9 +12,9 @@ def _given_types(requests: Any) -> set[str]:
     return {r.rtype for r in requests} if isinstance(requests, (list, tuple)) else set()
 
 
-def check_types(requests: Any, runtimes: tuple, pools: tuple, cells: Any, sim: Any) -> bool:
+def check_types(requests: Any, runtimes: tuple, pools: tuple, cells: Any) -> bool:
     """Every non-LLM type some request may have is served by a runtime pool; runtime pools are refused where
-    they are not modelled (cells, autoscaling, a measurement window). Returns whether types are in play (a
+    they are not modelled (cells, autoscaling). Returns whether types are in play (a
     mix, or typed requests given): the request table's type columns and summary.json's ``types``."""
     mix = getattr(requests, "mix", None)
     wanted = set(mix.served) if mix is not None else _given_types(requests)
@@ -31,8 +31,6 @@ def check_types(requests: Any, runtimes: tuple, pools: tuple, cells: Any, sim: A
         first = runtimes[0].key
         if cells.enabled:
             raise ConfigError(f"{first}.kind", f"runtime pools are not modelled with cells (cluster.cells.count = {cells.count})")
-        if getattr(sim, "window", None) is not None:
-            raise ConfigError("sim.warmup_s", f"a measurement window is not supported with runtime pools ({first}) yet")
         scaled = next((p for p in pools if p.autoscale is not None), None)
         if scaled is not None:
             raise ConfigError(f"{scaled.autoscale.key}.kind", "autoscaling is not supported beside runtime pools yet")

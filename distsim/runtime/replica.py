@@ -33,12 +33,13 @@ class _NoKv:
 
 
 class RuntimeStats:
-    __slots__ = ("busy_us", "completed", "dropped", "admitted", "busy_since")
+    __slots__ = ("busy_us", "completed", "dropped", "admitted", "busy_since", "last_end_us")
 
     def __init__(self) -> None:
         self.busy_us = 0  # time with at least one batch running
         self.completed = self.dropped = self.admitted = 0
         self.busy_since = -1
+        self.last_end_us = -1  # when the last batch ended (a measurement window credits busy time up to it)
 
 
 class RuntimeReplica:
@@ -118,6 +119,7 @@ class RuntimeReplica:
 
     def _done(self, now: int, number: int) -> None:
         batch = self.running.pop(number)
+        self.stats.last_end_us = now
         if not self.running:
             self.stats.busy_us += now - self.stats.busy_since
         for req in batch.requests:
@@ -132,6 +134,15 @@ class RuntimeReplica:
     def in_flight(self) -> list[Request]:
         """Requests queued or in a running batch."""
         return [r for r, _ in self.batcher.queue] + [r for b in self.running.values() for r in b.requests]
+
+    def busy_ended_us(self) -> int:
+        """Busy time credited at batch ends: up to the last batch that ended (in a busy period still going on,
+        the time since its last batch end is not yet credited). A measurement window snapshots it at its
+        edges, as it does a vLLM instance's busy time of the steps ended by then."""
+        s = self.stats
+        if self.running and s.last_end_us > s.busy_since:
+            return s.busy_us + s.last_end_us - s.busy_since
+        return s.busy_us
 
     def settle(self, horizon_us: int) -> None:
         """At the horizon: the GPU's busy time up to it."""
