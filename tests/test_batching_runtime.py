@@ -210,7 +210,6 @@ def test_bad_runtime_settings_are_one_config_error_naming_the_key(runtime, key):
     [
         (pools("", llm="{name:vis,count:1}"), "cluster.pools[1].name"),
         (pools("", llm="{name:llm,count:1,model:resnet-50}"), "cluster.pools[0].model"),
-        (pools("", llm="{name:llm,count:1,autoscale:{kind:queue_slo,max:2}}"), "cluster.pools[0].autoscale.kind"),
         ([*pools("", llm="{name:llm,count:2}"), "cluster.cells.count=2"], "cluster.pools[1].kind"),
     ],
 )

@@ -12,6 +12,9 @@ started again later is cold, as a new one would be.
 When the run has nothing left to do (the workload is exhausted and nothing is outstanding), the
 autoscaler stops: draining replicas leave, and its pending evaluations and timers are dropped from the
 loop so they do not prolong the run.
+
+A pool of batching runtimes (distsim.runtime) scales the same way; what differs (its type's board, router
+state and view; when a replica is idle; that it has no cache to empty) is its side (distsim.autoscale.sides).
 """
 
 from __future__ import annotations
@@ -22,22 +25,21 @@ from typing import Any
 
 import numpy as np
 
-from distsim.autoscale.drain import DrainHooks, engine_idle
-from distsim.autoscale.membership import Membership
 from distsim.autoscale.probe import CompletionWatch, PoolProbe
 from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING, PoolReplicas, Replica
+from distsim.autoscale.sides import LlmSide
 from distsim.engine.loop import PRIO_AUTOSCALE
 from distsim.engine.rng import stream
 from distsim.errors import SimulationError
-from distsim.instance.kv_cache import KVCache
 
 
 @dataclass
 class ScaledPool:
-    spec: Any  # distsim.cluster.pools.PoolSpec
+    spec: Any  # distsim.cluster.pools.PoolSpec, or distsim.runtime.settings.RuntimePoolSpec
     scaler: Any
     replicas: PoolReplicas
     watch: CompletionWatch
+    side: Any  # distsim.autoscale.sides.LlmSide or RuntimeSide: where its replicas live
     history: deque = field(default_factory=deque)  # (time_us, recommended count) within the cool-down
     ups: int = 0  # replicas started
     downs: int = 0  # replicas drained, or cancelled while provisioning
@@ -55,10 +57,9 @@ class ScaledPool:
 class Autoscaler:
     def __init__(self, cluster: Any, pools: list[Any], recorder: Any, seed: int = 0):
         self.cluster, self.loop = cluster, cluster.loop
-        self.instances = cluster.instances
-        self.serving = np.ones(len(self.instances), dtype=bool)  # fixed pools always serve
-        self.membership = Membership(cluster)
-        self.hooks = DrainHooks()
+        self.units = len(cluster.instances)  # instances.parquet's rows: the cluster's, then any runtime replicas
+        self.llm = LlmSide(cluster)
+        self.active = cluster._active  # whether the run has anything left to do
         self.stopped = False
         self._checking: set[int] = set()  # engines (first of a replica) with a drain check pending
         self.pools: list[ScaledPool] = []
@@ -67,15 +68,21 @@ class Autoscaler:
             dp = spec.data_parallel_size
             if spec.autoscale is not None:
                 engines = [tuple(range(first + k * dp, first + (k + 1) * dp)) for k in range(spec.built_count)]
-                replicas = PoolReplicas(spec.name, engines, spec.count)
                 watch = CompletionWatch(recorder, {e for group in engines for e in group})
-                scaler = spec.autoscale.cls(spec.autoscale.params, spec.count, stream(seed, f"autoscale/{spec.name}"))
-                self.pools.append(ScaledPool(spec, scaler, replicas, watch))
+                self.add(spec, engines, watch, self.llm, seed)
             first += spec.built_count * dp
 
-    def start(self) -> None:
-        """Initial membership, the first timeline rows, and the evaluations' events."""
-        for sp in self.pools:
+    def add(self, spec: Any, engines: list[tuple[int, ...]], watch: CompletionWatch, side: Any, seed: int) -> ScaledPool:
+        """An autoscaled pool of ``engines`` (global indices, replica by replica) on ``side``."""
+        replicas = PoolReplicas(spec.name, engines, spec.count)
+        scaler = spec.autoscale.cls(spec.autoscale.params, spec.count, stream(seed, f"autoscale/{spec.name}"))
+        sp = ScaledPool(spec, scaler, replicas, watch, side)
+        self.pools.append(sp)
+        return sp
+
+    def start(self, pools: list[ScaledPool] | None = None) -> None:
+        """Initial membership, the first timeline rows, and the evaluations' events (of ``pools``; None: all)."""
+        for sp in self.pools if pools is None else pools:
             self._update(sp, 0, sp.spec.count)
             loop = self.loop
             loop.schedule(sp.settings.interval_us, PRIO_AUTOSCALE, self._tick, sp)
@@ -90,10 +97,11 @@ class Autoscaler:
         self.loop.schedule(now + sp.settings.interval_us, PRIO_AUTOSCALE, self._tick, sp)
 
     def _evaluate(self, now: int, sp: ScaledPool) -> None:
-        s, r = sp.settings, sp.replicas
+        s, r, side = sp.settings, sp.replicas, sp.side
         probe = PoolProbe(
-            now, r.count(SERVING), r.count(PROVISIONING), r.count(DRAINING), sp.asked, r.serving_engines(),
-            sp.spec.data_parallel_size, self.cluster.board, self.cluster.state, sp.watch,
+            now, r.count(SERVING), r.count(PROVISIONING), r.count(DRAINING), sp.asked,
+            np.asarray(side.local(r.serving_engines().tolist()), dtype=np.int64), sp.spec.data_parallel_size,
+            side.board, side.state, sp.watch,
         )
         wanted = min(max(int(sp.scaler.desired(probe)), s.min_replicas), s.max_replicas)
         target = self._stabilised(sp, now, wanted)
@@ -136,12 +144,13 @@ class Autoscaler:
         for replica in starting[:n]:
             sp.replicas.release(replica, now)
         n -= min(n, len(starting))
-        outstanding = self.cluster.state.outstanding
-        serving = sorted(sp.replicas.in_state(SERVING), key=lambda r: (int(outstanding[list(r.engines)].sum()), -r.order))
+        side = sp.side
+        outstanding = side.state.outstanding
+        serving = sorted(sp.replicas.in_state(SERVING), key=lambda r: (int(outstanding[side.local(r.engines)].sum()), -r.order))
         for replica in serving[:n]:
             sp.replicas.set_state(replica, DRAINING)
             for e in replica.engines:
-                self.hooks.attach(self.instances[e], lambda sp=sp, replica=replica: self._poke(sp, replica))
+                side.drain(e, lambda sp=sp, replica=replica: self._poke(sp, replica))
             self._check(now, (sp, replica))
 
     def _poke(self, sp: ScaledPool, replica: Replica) -> None:
@@ -153,27 +162,19 @@ class Autoscaler:
     def _check(self, now: int, item: tuple[ScaledPool, Replica]) -> None:
         sp, replica = item
         self._checking.discard(replica.engines[0])
-        state = self.cluster.state
-        if replica.state == DRAINING and all(engine_idle(self.instances[e], state, e) for e in replica.engines):
+        if replica.state == DRAINING and all(sp.side.idle(e) for e in replica.engines):
             self._leave(sp, replica, now)
 
     def _leave(self, sp: ScaledPool, replica: Replica, now: int) -> None:
         """The drained replica leaves: billing stops, its caches go (a later start is cold)."""
         sp.replicas.release(replica, now)
-        index = self.cluster.prefix_index
         for e in replica.engines:
-            inst = self.instances[e]
-            self.hooks.detach(inst)
-            forget_caches(inst)
-            if index is not None:
-                index.forget(e)
+            sp.side.leave(e)
         self._update(sp, now)
 
     def _update(self, sp: ScaledPool, now: int, wanted: int | None = None) -> None:
         """After a change: the routers' candidates, and a timeline row."""
-        for replica in sp.replicas.replicas:
-            self.serving[list(replica.engines)] = replica.state == SERVING
-        self.membership.update(self.serving)
+        sp.side.update(sp.replicas.replicas)
         sp.replicas.record(now, sp.asked if wanted is None else wanted)
 
     # ------------------------------------------------------------------ the end
@@ -181,7 +182,7 @@ class Autoscaler:
         """A request reached its final status: once nothing is left to do, stop (see the module doc), in an
         event of its own at this instant, so no instance is in the middle of its own event when its
         replica leaves."""
-        if self.stopped or self.cluster._active():
+        if self.stopped or self.active():
             return
         self.stopped = True
         self.loop.schedule(self.loop.now, PRIO_AUTOSCALE, self._stop)
@@ -195,35 +196,22 @@ class Autoscaler:
     def check_invariants(self) -> None:
         """INV-19: only serving replicas are candidates; INV-20: a replica that is off holds no request
         (one provisioning cannot have been sent any). Raises SimulationError (the tests call it per event)."""
-        members = set()
-        for view, _, _ in self.membership.groups:
-            members.update(int(m) for m in view.members)
-        state = self.cluster.state
         for sp in self.pools:
+            members = sp.side.candidates()
             for replica in sp.replicas.replicas:
                 for e in replica.engines:
                     if (e in members) != (replica.state == SERVING):
                         raise SimulationError(f"INV-19: instance {e} ({replica.state}) is a candidate: {e in members}")
-                    if replica.state in (OFF, PROVISIONING) and not engine_idle(self.instances[e], state, e):
+                    if replica.state in (OFF, PROVISIONING) and not sp.side.idle(e):
                         raise SimulationError(f"INV-20: instance {e} is {replica.state} but holds requests")
 
     def billed_s(self, start_us: int, end_us: int) -> np.ndarray:
         """Seconds each instance was billed within the run's span: the whole span for a fixed pool's."""
-        billed = np.full(len(self.instances), (end_us - start_us) / 1e6)
+        billed = np.full(self.units, (end_us - start_us) / 1e6)
         for sp in self.pools:
             for e, us in sp.replicas.billed_us(start_us, end_us).items():
                 billed[e] = us / 1e6
         return billed
-
-
-def forget_caches(inst: Any) -> None:
-    """A drained engine's caches emptied (its counters kept): the GPU prefix cache, and the CPU KV tier's
-    blocks. It holds no request, so every block is free or evictable."""
-    kv = KVCache(inst.kv.total)
-    kv.evictions = inst.kv.evictions
-    inst.kv = kv
-    if inst.cpu is not None:
-        inst.cpu.blocks.clear()
 
 
 class _RecorderTap:

@@ -20,6 +20,7 @@ from distsim.request import Status
 
 _STATUS, _INSTANCE, _PREFILL = _FIELDS.index("status"), _FIELDS.index("instance"), _FIELDS.index("prefill_instance")
 _ARRIVAL, _FIRST, _SLO = _FIELDS.index("arrival_us"), _FIELDS.index("first_token_us"), _FIELDS.index("ttft_slo_ms")
+_ID, _COMPLETION = _FIELDS.index("request_id"), _FIELDS.index("completion_us")
 
 
 class CompletionWatch:
@@ -39,10 +40,23 @@ class CompletionWatch:
             if rec[_STATUS] != Status.COMPLETED or (rec[_INSTANCE] not in self.engines and rec[_PREFILL] not in self.engines):
                 continue
             done += 1
-            slo = default if rec[_SLO] is None else rec[_SLO]
-            missed += (rec[_FIRST] + lag - rec[_ARRIVAL]) / 1000.0 > slo
+            missed += self.missed(rec, lag, default)
         self.cursor = len(records)
         return done, missed
+
+    def missed(self, rec: tuple, lag: int, default: float) -> bool:
+        """The completed request's first token came later than its TTFT SLO."""
+        slo = default if rec[_SLO] is None else rec[_SLO]
+        return (rec[_FIRST] + lag - rec[_ARRIVAL]) / 1000.0 > slo
+
+
+class LatencyWatch(CompletionWatch):
+    """A runtime pool's completions: a non-LLM request has no first token; it misses when its result came
+    later than its type's latency SLO (none: never)."""
+
+    def missed(self, rec: tuple, lag: int, default: float) -> bool:
+        slo = self.recorder.typed[rec[_ID]][3]
+        return slo is not None and (rec[_COMPLETION] - rec[_ARRIVAL]) / 1000.0 > slo
 
 
 @dataclass

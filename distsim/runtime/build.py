@@ -22,10 +22,10 @@ from distsim.runtime.replica import RuntimeReplica
 
 
 def build_replicas(pools: Sequence[Any], loop: EventLoop, first: int) -> list[RuntimeReplica]:
-    """``count`` replicas per pool, in pool order, numbered from ``first``."""
+    """``count`` replicas per pool (an autoscaled pool's ``max``), in pool order, numbered from ``first``."""
     replicas: list[RuntimeReplica] = []
     for pool in pools:
-        for _ in range(pool.count):
+        for _ in range(pool.built_count):
             replicas.append(RuntimeReplica(first + len(replicas), pool, loop))
     return replicas
 
@@ -63,4 +63,9 @@ def attach_runtimes(cluster: Any, pools: Sequence[Any], policy: PolicySettings, 
         by_type.setdefault(replica.serves, []).append(replica)
     extra = {"default_ttft_slo_ms": ttft_slo_ms}
     routes = {name: _route(name, members, policy, signals, loop, seed, extra) for name, members in by_type.items()}
-    return TypedFront(cluster, routes, loop, recorder, policy.routing.latency_us)
+    front = TypedFront(cluster, routes, loop, recorder, policy.routing.latency_us)
+    if getattr(cluster, "autoscaler", None) is not None or any(pool.autoscale is not None for pool in pools):
+        from distsim.autoscale.runtime_pools import attach_runtime_autoscaling
+
+        attach_runtime_autoscaling(front, pools, seed)
+    return front

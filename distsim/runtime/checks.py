@@ -14,7 +14,7 @@ def _given_types(requests: Any) -> set[str]:
 
 def check_types(requests: Any, runtimes: tuple, pools: tuple, cells: Any) -> bool:
     """Every non-LLM type some request may have is served by a runtime pool; runtime pools are refused where
-    they are not modelled (cells, autoscaling). Returns whether types are in play (a
+    they are not modelled (cells). Returns whether types are in play (a
     mix, or typed requests given): the request table's type columns and summary.json's ``types``."""
     mix = getattr(requests, "mix", None)
     wanted = set(mix.served) if mix is not None else _given_types(requests)
@@ -31,7 +31,4 @@ def check_types(requests: Any, runtimes: tuple, pools: tuple, cells: Any) -> boo
         first = runtimes[0].key
         if cells.enabled:
             raise ConfigError(f"{first}.kind", f"runtime pools are not modelled with cells (cluster.cells.count = {cells.count})")
-        scaled = next((p for p in pools if p.autoscale is not None), None)
-        if scaled is not None:
-            raise ConfigError(f"{scaled.autoscale.key}.kind", "autoscaling is not supported beside runtime pools yet")
     return mix is not None or bool(wanted)

@@ -36,6 +36,13 @@ class RuntimePoolSpec:
     key: str
     gpus: int = 1
     mig: Any = None  # distsim.cluster.mig.MigSlices; None: whole GPUs
+    autoscale: Any = None  # distsim.autoscale.settings.AutoscaleSettings; None: a fixed pool of ``count``
+    data_parallel_size: int = 1  # a replica is one unit (what the autoscaler reads of a vLLM pool's replicas)
+
+    @property
+    def built_count(self) -> int:
+        """Replicas to build: an autoscaled pool builds its ``max`` (``count`` of them serve at first)."""
+        return self.autoscale.max_replicas if self.autoscale is not None else self.count
 
 
 def is_runtime(raw: Any) -> bool:
@@ -53,8 +60,6 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
             raise ConfigError(f"{key}.{name}", "a runtime pool has no vLLM engine; set its runtime.* keys instead")
     if raw.get("role", "mixed") != "mixed":
         raise ConfigError(f"{key}.role", "a runtime pool has no P/D role (leave it mixed)")
-    if (raw.get("autoscale") or {}).get("kind") is not None:
-        raise ConfigError(f"{key}.autoscale.kind", "a runtime pool does not autoscale (not modelled yet)")
     model = load_runtime_model(checks.required(f"{key}.model", raw.get("model"), "for a runtime pool"), f"{key}.model")
     hardware = load_hardware(raw.get("hardware") or cluster.hardware, f"{key}.hardware")
     rt = raw.runtime
@@ -75,8 +80,25 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
     serves = rt.serves or model.modality
     if serves == "llm":
         raise ConfigError(f"{key}.runtime.serves", "LLM requests go to vLLM pools; name a non-LLM type")
+    autoscale = _autoscale(raw, key, count, model.weight_bytes * concurrency, mig)
     return RuntimePoolSpec(raw["name"], count, str(serves), model, hardware, max_batch, int(round(window_ms * 1000)),
-                           concurrency, curve, key, mig=mig)
+                           concurrency, curve, key, mig=mig, autoscale=autoscale)
+
+
+def _autoscale(raw: Any, key: str, count: int, weight_bytes: float, mig: Any) -> Any:
+    """The pool's autoscaling (None: fixed). Provisioning, when not given, loads the weights the GPU holds
+    (one copy per concurrency slot, as Triton loads one per model instance) plus ``startup_s``. A runtime has
+    no KV cache, so a KV utilisation target is refused; MIG slices are not autoscaled, as for vLLM pools."""
+    from distsim.autoscale.settings import resolve_autoscale
+
+    settings = resolve_autoscale(raw.get("autoscale"), f"{key}.autoscale", count, f"{key}.count", weight_bytes)
+    if settings is None:
+        return None
+    if getattr(settings.params, "signal", None) == "kv_utilization":
+        raise ConfigError(f"{key}.autoscale.signal", "a runtime has no KV cache: track queue_depth, running or outstanding")
+    if mig is not None:
+        raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
+    return settings
 
 
 def _mig(raw: Any, hardware: Any, key: str) -> Any:
