@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import os
 
 import numpy as np
 import pandas as pd
@@ -17,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
+from raykit import sweep_on_local_ray
 from simkit import FAKE_HW, engine, run, tiny_model
 
 from distsim import load_config, simulate
@@ -192,20 +191,8 @@ def test_the_summary_and_columns_agree_and_runs_are_deterministic():
 
 
 def test_hedged_jobs_on_ray_equal_the_same_runs_in_process(tmp_path):
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
-    from distsim.runner.api import sweep
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    try:
-        hedge = ["policy.hedge.delay_slo_fraction=0.2", "policy.hedge.target=random", "seed=0,1"]
-        outcome = sweep([*BASE, *hedge], tmp_path, num_workers=2, progress=False, echo=False)
-    finally:
-        if started:
-            ray.shutdown()
+    hedge = ["policy.hedge.delay_slo_fraction=0.2", "policy.hedge.target=random", "seed=0,1"]
+    outcome = sweep_on_local_ray([*BASE, *hedge], tmp_path)
     assert outcome.ok == 2 and outcome.failed == 0
     for _, row in pd.read_parquet(tmp_path / "results.parquet").iterrows():
         job = tmp_path / str(row["job"])

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import os
 
 import numpy as np
 import pandas as pd
 import pytest
 from clikit import assert_user_error, run_module
+from raykit import sweep_on_local_ray
 
 from distsim import load_config, simulate
 from distsim.config.scenario import resolve
@@ -191,19 +190,7 @@ def test_windows_under_pd_and_cells(layout):
 
 
 def test_windowed_jobs_on_ray_equal_the_same_run_in_process(tmp_path):
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
-    from distsim.runner.api import sweep
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    try:
-        outcome = sweep([*SMALL, "sim.warmup_s=3", "sim.measure_s=5", "seed=0,1"], tmp_path, num_workers=2, progress=False, echo=False)
-    finally:
-        if started:
-            ray.shutdown()
+    outcome = sweep_on_local_ray([*SMALL, "sim.warmup_s=3", "sim.measure_s=5", "seed=0,1"], tmp_path)
     assert outcome.ok == 2 and outcome.failed == 0
     results = pd.read_parquet(tmp_path / "results.parquet")
     for _, row in results.iterrows():

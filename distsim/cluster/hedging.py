@@ -36,13 +36,17 @@ class HedgeGroup:
 
     copies: list[Request]
     targets: list[int]  # each copy's instance, in the cluster's numbering
-    live: int = 1  # copies still served somewhere (not cancelled, refused or finished)
     winner: int = -1  # the copy that answered first
     recorded: bool = False
     wasted_prefill: int = 0
     wasted_decode: int = 0
     gone: list[bool] = field(default_factory=list)  # per copy: it no longer holds anything
     waste: list[tuple[int, int, int]] = field(default_factory=list)  # cancelled copies' (instance, prefill, decode)
+
+    @property
+    def live(self) -> int:
+        """Copies still served somewhere (not cancelled, refused or finished)."""
+        return self.gone.count(False)
 
 
 class Hedger:
@@ -106,7 +110,6 @@ class Hedger:
         group.copies.append(copy)
         group.targets.append(target)
         group.gone.append(False)
-        group.live += 1
         self.by_id[copy.request_id] = group
         self.copies_sent += 1
         return copy
@@ -158,7 +161,6 @@ class Hedger:
         if group.gone[i]:
             raise SimulationError(f"hedging: a copy of request {group.copies[0].request_id} left twice")
         group.gone[i] = True
-        group.live -= 1
         if where is None:
             return
         instance, (prefill, decode) = where

@@ -510,6 +510,15 @@ class Instance:
 
     def _preempt(self, req: Request, now: int) -> None:
         """Preempt by recompute: free everything, back to the front of the waiting queue."""
+        self._leave_running(req, now, WAITING)
+        req.preemptions += 1
+        self.stats.preemptions += 1
+        self.waiting.appendleft(req)
+        self.waiting_tokens += req.prompt_tokens + req.generated
+
+    def _leave_running(self, req: Request, now: int, phase: Phase) -> None:
+        """Take a running request out of the batch (preempted, or a cancelled hedge copy) between steps: a
+        decoder's tokens so far are counted, its blocks freed, its state cleared into ``phase``."""
         c = self.step_index
         seq = req.seq
         if seq.phase == DECODE:
@@ -521,12 +530,8 @@ class Instance:
             private = seq.private_blocks
             self.prefilling.remove(req)
         self.kv.release(seq.shared_blocks, private)
-        seq.clear(WAITING)
-        req.preemptions += 1
-        self.stats.preemptions += 1
+        seq.clear(phase)
         del self.running[req.request_id]
-        self.waiting.appendleft(req)
-        self.waiting_tokens += req.prompt_tokens + req.generated
 
     def _admit_waiting(self, now: int, budget: int, need_dec: int, chunks: list[tuple[Request, int]]) -> int:
         """Admit waiting requests in queue order while budget, sequence cap and blocks allow."""
@@ -755,23 +760,11 @@ class Instance:
     def _apply_aborts(self, now: int) -> None:
         """At a step boundary: the cancelled running requests leave, freeing their blocks (as a
         preemption does, without going back to the queue)."""
-        c = self.step_index
         aborts, self.aborts = self.aborts, []
         for req in aborts:
-            seq = req.seq
-            if seq.phase == DONE:
-                continue  # it finished in the step that just ended (the cluster heard of it)
-            if seq.phase == DECODE:
-                self.decoders.leave(req)
-                req.generated = seq.decode_offset + c
-                private = self.decoders.private_blocks(req, c - 1)
-            else:
-                private = seq.private_blocks
-                self.prefilling.remove(req)
-            self.kv.release(seq.shared_blocks, private)
-            seq.clear(DONE)
-            del self.running[req.request_id]
-            self.on_aborted(req, now)
+            if req.seq.phase != DONE:  # else it finished in the step that just ended (the cluster heard of it)
+                self._leave_running(req, now, DONE)
+                self.on_aborted(req, now)
 
     def work_done(self, req: Request) -> tuple[int, int]:
         """The prompt tokens computed here for ``req`` (recomputes included) and the tokens it generated."""
