@@ -65,6 +65,27 @@ def test_one_cell_is_no_cell_layer_and_changes_no_output_byte():
     assert one.cells is None
 
 
+# ---------------------------------------------------------------------------------------- an idle cell
+@pytest.mark.parametrize("front", ["round_robin", "nearest"])
+def test_a_cell_that_gets_no_request_reports_zero_and_null_percentiles(tmp_path, front):
+    """Two requests on four cells: two cells are idle. Their rows say zero requests and null (never NaN)
+    latencies, and the run writes every output (it used to crash writing summary.json)."""
+    proc = run_module("distsim", "cluster.cells.count=4", "workload.num_requests=2",
+                      f"cluster.cells.front_policy={front}", f"hydra.run.dir={tmp_path}", "sim.progress=false")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    rows = summary["cells"]["per_cell"]
+    idle = [row for row in rows if row["routed"] + row["spilled_in"] == 0]
+    assert len(idle) >= 2
+    for row in idle:
+        assert row["accepted"] == row["completed"] == 0
+        assert row["ttft_ms_mean"] is row["ttft_ms_p99"] is row["e2e_ms_mean"] is row["e2e_ms_p99"] is None
+        assert row["gpu_utilization"] == 0.0
+    table = pd.read_parquet(tmp_path / "cells.parquet")
+    assert table["ttft_ms_p99"].isna().sum() == len(idle)
+    assert sum(row["completed"] for row in rows) == 2
+
+
 # ---------------------------------------------------------------------------------------- conservation
 @pytest.mark.parametrize("front", ["round_robin", "random", "least_loaded", "nearest"])
 def test_a_two_level_run_conserves_requests_after_every_event(front):

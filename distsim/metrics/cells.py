@@ -31,9 +31,15 @@ def measure_cells(fleet: Any, requests: pd.DataFrame, instances: pd.DataFrame, s
         "spilled": int(table["spilled_out"].sum()),
         "kept_saturated": int(table["kept_saturated"].sum()),
         "summaries": fleet.directory.summaries,
-        "per_cell": table.to_dict(orient="records"),  # a list: results.parquet keeps it as one JSON column
+        "per_cell": json_records(table),  # a list: results.parquet keeps it as one JSON column
     }
     return table
+
+
+def json_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The table's rows as plain Python values, a missing figure (an idle cell's percentiles) as None:
+    pandas holds None as NaN in a float column, which JSON cannot write."""
+    return table.astype(object).where(table.notna(), None).to_dict(orient="records")
 
 
 def cell_table(fleet: Any, requests: pd.DataFrame, instances: pd.DataFrame, span_s: float) -> pd.DataFrame:
