@@ -11,10 +11,12 @@ sweep has a single policy name, the CDFs are drawn per configuration instead.)
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -28,7 +30,7 @@ from distsim import outputs  # noqa: E402
 from distsim.errors import InputFileError, UserError  # noqa: E402
 from distsim.runner import store  # noqa: E402
 from distsim.runner.ranking import mean_ci, rank_configs  # noqa: E402
-from distsim.runner.rows import PARAM_PREFIX  # noqa: E402
+from distsim.runner.rows import PARAM_PREFIX, retried_jobs  # noqa: E402
 
 LATENCIES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E"))
 MAX_CDF_LINES = 8
@@ -229,14 +231,58 @@ def missing_note(missing: Sequence[int], ok: int, drawn: bool) -> str:
     )
 
 
-def markdown(
-    sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, images: list[str], note: str = ""
-) -> str:
+def read_meta(sweep_dir: Path) -> dict[str, Any]:
+    """sweep.json (what was planned, whether the sweep was interrupted, what was retried); empty when
+    absent or unreadable, as for a directory written before it existed: the report then counts rows only."""
+    try:
+        meta = json.loads((sweep_dir / store.SWEEP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def counted(n: int, noun: str) -> str:
+    """ "1 job", "3 jobs"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def completeness(results: pd.DataFrame, ranking: pd.DataFrame, meta: dict[str, Any]) -> list[str]:
+    """The report's opening lines: how much of the planned sweep ran, and what did not or ran twice."""
     ok = int((results["status"] == "ok").sum())
+    ran_configs = ranking["config"].nunique()
+    planned_jobs = int(meta.get("jobs", len(results)))
+    planned_configs = int(meta.get("configs", ran_configs))
+    counts = f"{ok} ok, {len(results) - ok} failed"
+    if planned_jobs == len(results) and planned_configs == ran_configs:
+        lines = [f"{counted(len(results), 'job')}, {counts}, {counted(ran_configs, 'configuration')}."]
+    else:
+        lines = [f"{len(results)} of {planned_jobs} planned jobs ran ({counts}); "
+                 f"{ran_configs} of {planned_configs} configurations."]
+    not_run, configs_not_run = meta.get("jobs_not_run") or [], meta.get("configs_not_run") or []
+    if meta.get("interrupted") or not_run:
+        what = "The sweep was interrupted" if meta.get("interrupted") else "The sweep did not finish"
+        text = f"**{what}:** {counted(planned_jobs - len(results), 'job')} never ran"
+        text += f" (jobs {job_list(not_run)})" if not_run else ""
+        if configs_not_run:
+            shown = ", ".join(f"`{c}`" for c in configs_not_run[:MAX_CDF_LINES])
+            more = f" and {len(configs_not_run) - MAX_CDF_LINES} more" if len(configs_not_run) > MAX_CDF_LINES else ""
+            text += f", and {len(configs_not_run)} of {planned_configs} configurations have no job: {shown}{more}"
+        lines += ["", text + ". Run the same sweep command again to resume it."]
+    retried = {int(job): int(n) for job, n in (meta.get("retried") or {}).items()} or retried_jobs(results)
+    if retried:
+        each = ", ".join(f"job {job} ({n} attempts)" for job, n in sorted(retried.items()))
+        lines += ["", f"**Retried** after their worker died: {each}."]
+    return lines
+
+
+def markdown(
+    sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, images: list[str], note: str = "",
+    meta: dict[str, Any] | None = None,
+) -> str:
     lines = [
         f"# Sweep report: {sweep_dir.name}",
         "",
-        f"{len(results)} jobs, {ok} ok, {len(results) - ok} failed, {ranking['config'].nunique()} configurations.",
+        *completeness(results, ranking, meta or {}),
         "",
         *([f"**Latency CDFs:** {note}.", ""] if note else []),
         "## Ranking",
@@ -293,8 +339,12 @@ def build(sweep_dir: Path, out_dir: Path | None = None) -> Path:
     note = missing_note(missing, int((results["status"] == "ok").sum()), drawn)
     if note:
         print(f"distsim.report: warning: {note}", file=sys.stderr)
+    meta = read_meta(sweep_dir)
+    if meta.get("interrupted"):
+        print(f"distsim.report: warning: the sweep was interrupted: {len(results)} of {meta.get('jobs', '?')} "
+              "jobs ran; report.md lists those that did not", file=sys.stderr)
     path = out / "report.md"
-    outputs.write_text(path, markdown(sweep_dir, results, ranking, images, note))
+    outputs.write_text(path, markdown(sweep_dir, results, ranking, images, note, meta))
     return path
 
 

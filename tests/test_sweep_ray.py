@@ -17,6 +17,7 @@ from distsim import load_config, simulate
 from distsim.errors import UserError
 from distsim.runner import store
 from distsim.runner.api import sweep
+from distsim.runner.table import report_text
 from distsim.simulate import summary_json
 
 SMALL = ["workload.num_requests=200", "cluster.instances=2"]
@@ -116,6 +117,8 @@ def test_a_killed_worker_is_replaced_and_failing_jobs_are_reported(ray_session, 
     assert (out / "1" / "error.txt").exists()
     assert res.loc[0, "status"] == "ok"
     assert (outcome.ok, outcome.failed, outcome.exit_code) == (2, 1, 0)
+    assert "retried after their worker died: job 2 (2 attempts)" in report_text(outcome)
+    assert json.loads((out / "sweep.json").read_text())["retried"] == {"2": 2}
     ranking = pd.read_csv(out / "ranking.csv").set_index("config")
     assert ranking.loc["workload.num_requests=200 cluster.instances=2", "n"] == 2
 

@@ -73,3 +73,12 @@ def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     for col in ("job", "seed"):
         table[col] = table[col].astype("Int64")
     return table
+
+
+def retried_jobs(results: pd.DataFrame) -> dict[int, int]:
+    """Jobs that ran more than once because their worker died, with their attempts."""
+    column = RUN_PREFIX + "attempts"
+    if column not in results:
+        return {}
+    tried = results[results[column].fillna(1) > 1]
+    return {int(job): int(n) for job, n in zip(tried["job"], tried[column])}

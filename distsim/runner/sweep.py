@@ -28,7 +28,7 @@ from distsim.runner.plan import Job, SweepPlan
 from distsim.runner.pool import ActorPool, DriverTimes, PoolEvents
 from distsim.runner.progress import Progress
 from distsim.runner.ranking import rank_configs
-from distsim.runner.rows import frame
+from distsim.runner.rows import frame, retried_jobs
 from distsim.runner.session import connect, probe
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.table import report_text
@@ -258,11 +258,25 @@ def _run_claimed(
     return outcome
 
 
+def _not_run(plan: SweepPlan, results: pd.DataFrame) -> tuple[list[int], list[str]]:
+    """The jobs of the plan with no row (an interrupted sweep), and the configurations none of whose
+    jobs ran, as their overrides."""
+    ran = set(results["job"].astype(int)) if len(results) else set()
+    jobs = [job.index for job in plan.jobs if job.index not in ran]
+    ran_configs = set(results["config"]) if len(results) else set()
+    configs = [" ".join(texts) for key, texts in plan.config_texts().items() if key not in ran_configs]
+    return jobs, configs
+
+
 def _write_meta(outcome: SweepOutcome, plan: SweepPlan, settings: RunnerSettings, *, interrupted: bool) -> None:
+    jobs_not_run, configs_not_run = _not_run(plan, outcome.results)
     meta = {
         "interrupted": interrupted,
         "jobs": outcome.total,
         "configs": len(plan.configs()),
+        "jobs_not_run": jobs_not_run,
+        "configs_not_run": configs_not_run,
+        "retried": {str(job): n for job, n in retried_jobs(outcome.results).items()},
         "swept": list(plan.swept_keys),
         "ok": outcome.ok,
         "failed": outcome.failed,

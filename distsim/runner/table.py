@@ -9,6 +9,7 @@ import pandas as pd
 
 from distsim.runner import store
 from distsim.runner.ranking import Parts, common_overrides
+from distsim.runner.rows import retried_jobs
 
 if TYPE_CHECKING:
     from distsim.runner.sweep import SweepOutcome
@@ -102,6 +103,10 @@ def report_text(outcome: SweepOutcome, alpha: float = 0.05) -> str:
             lines.append(f"  job {row['job']} [{row['overrides']}]: {row['error']}")
         if outcome.failed > 5:
             lines.append(f"  ... and {outcome.failed - 5} more")
+    retried = retried_jobs(outcome.results)
+    if retried:
+        each = ", ".join(f"job {job} ({n} attempts)" for job, n in sorted(retried.items()))
+        status += f"; retried after their worker died: {each}"
     lines.append(f"{status}; {outcome.wall_s:.1f} s")
     lines.append(
         f"results: {outcome.sweep_dir / store.RESULTS_FILE}  ranking: {outcome.sweep_dir / store.RANKING_FILE}"
