@@ -19,7 +19,7 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
         f"requests  arrived {r['arrived']:,}  completed {r['completed']:,}  rejected {r['rejected']:,}  "
         f"dropped {r['dropped']:,}  unfinished {r['unfinished']:,}  preempted {r['preempted']:,}",
         "",
-        f"{'latency (ms)':<14}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
+        f"{'LLM latency ms' if 'types' in summary else 'latency (ms)':<14}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
     ]
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"):
         d = summary[key]
@@ -33,7 +33,7 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
         f"goodput       {_fmt(g['requests_per_s'], 2)} req/s   SLO attainment {_fmt(g['slo_attainment'], 3)}",
         f"prefix cache hit rate {_fmt(summary['prefix_cache_hit_rate'], 3)}   GPU utilization "
         f"{_fmt(summary['gpu_utilization'], 3)}   Jain fairness {_fmt(summary['jain_fairness'], 3)}",
-        f"cost          ${_fmt(_per_million(summary['cost_usd_per_1k_tokens']), 4)} per 1M tokens (input + output)",
+        f"cost          ${_fmt(summary['cost_usd_per_1k_tokens'], 6)} per 1k tokens (input + output), as in summary.json",
         f"fitness       {_fmt(summary['fitness'], 4)}",
         f"simulated     {_fmt(summary['sim']['simulated_s'], 2)} s in {summary['sim']['events']:,} events (seed {summary['sim']['seed']})",
     ]
@@ -72,6 +72,3 @@ def _type_line(name: str, t: dict[str, Any]) -> str:
         f"{_fmt(lat['p50'])}/{_fmt(lat['p99'])} ms, {_fmt(t['throughput']['requests_per_s'], 2)} req/s{batch}"
     )
 
-
-def _per_million(per_1k: float | None) -> float | None:
-    return None if per_1k is None else per_1k * 1000.0

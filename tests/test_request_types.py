@@ -16,6 +16,7 @@ from distsim.config.scenario import resolve
 from distsim.engine.loop import EventLoop
 from distsim.errors import ConfigError
 from distsim.metrics.types import TypedRecorder
+from distsim.report_table import format_summary
 from distsim.request import Status
 from distsim.runtime.build import attach_runtimes
 from distsim.simulate import summary_json
@@ -124,6 +125,22 @@ def test_outputs_gain_type_columns_only_with_a_mix_and_batch_columns_only_with_a
     vision = mixed.requests[mixed.requests["type"] == "vision"]
     assert vision["ttft_ms"].isna().all() and vision["tpot_ms"].isna().all()
     assert (vision["met_slo"] == (vision["e2e_ms"] <= 200.0)).all()
+
+
+def test_top_level_latencies_of_a_mixed_run_are_the_llm_requests():
+    """Each type keeps its own section; the top-level TTFT, TPOT, E2E and queueing are the LLM requests',
+    not a blend of token latencies with image and audio batch latencies."""
+    result = simulate(load_config([MIX, FLEET, "workload.num_requests=300"]))
+    req = result.requests
+    llm = req[(req["type"] == "llm") & (req["status"] == "completed")]
+    assert (req["type"] != "llm").sum() > 50
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        assert result.summary[key]["mean"] == pytest.approx(llm[key].mean(), abs=1e-3), key
+        assert result.summary[key]["max"] == pytest.approx(llm[key].max(), abs=1e-3), key
+    queued = req[(req["type"] == "llm") & req["queue_ms"].notna()]
+    assert result.summary["queue_ms"]["mean"] == pytest.approx(queued["queue_ms"].mean(), abs=1e-3)
+    assert result.summary["e2e_ms"]["mean"] == pytest.approx(result.summary["types"]["llm"]["latency_ms"]["mean"], abs=1e-3)
+    assert "LLM latency ms" in format_summary(result.summary)
 
 
 def test_a_mixed_run_is_deterministic():

@@ -149,6 +149,13 @@ def _fleet(instances: Table, span_s: float, billed_s: np.ndarray | None) -> tupl
     return gpus, busy_s, cost_usd, gpu_seconds, gpu_seconds / span_s
 
 
+def llm_rows(requests: Table) -> np.ndarray | bool:
+    """The LLM requests of a run with request types (workload.mix), whose latencies are the top-level
+    figures: a vision or speech request's latency is of another kind and has its own ``types`` section.
+    True (every row) when the run has no types."""
+    return requests["type"] == "llm" if "type" in requests else True
+
+
 def summarize(
     requests: Table,
     instances: Table,
@@ -173,13 +180,14 @@ def summarize(
     gpus, busy_s, cost_usd, gpu_seconds, mean_gpus = _fleet(instances, span_s, billed_s)
     done_input, done_output = requests["input_tokens"][done], requests["output_tokens"][done]
     tokens_done = int(done_input.sum() + done_output.sum())
+    llm = llm_rows(requests)
     summary: dict[str, Any] = {
         "requests": request_counts(requests, instances),
-        "ttft_ms": distribution(requests["ttft_ms"][done]),
-        "tpot_ms": distribution(requests["tpot_ms"][done]),
+        "ttft_ms": distribution(requests["ttft_ms"][done & llm]),
+        "tpot_ms": distribution(requests["tpot_ms"][done & llm]),
         "itl_ms": weighted_distribution(itl_values / 1000.0, itl_weights),
-        "e2e_ms": distribution(requests["e2e_ms"][done]),
-        "queue_ms": distribution(queue_ms[scheduled]),
+        "e2e_ms": distribution(requests["e2e_ms"][done & llm]),
+        "queue_ms": distribution(queue_ms[scheduled & llm]),
         "throughput": {
             "requests_per_s": rnd(int(done.sum()) / span_s),
             "input_tokens_per_s": rnd(done_input.sum() / span_s),
