@@ -1,5 +1,6 @@
-"""python -m distsim.report on a sweep that did not run as planned: it names the interruption, the jobs
-and configurations that never ran, and the jobs retried after their worker died."""
+"""Reports say what happened: python -m distsim.report on a sweep that did not run as planned names the
+interruption, the jobs and configurations that never ran, and the jobs retried after their worker died;
+the terminal summary's figures are summary.json's, in its units."""
 
 from __future__ import annotations
 
@@ -64,3 +65,12 @@ def test_a_complete_sweep_says_nothing_of_interruptions(tmp_path):
     text = (out / "report" / "report.md").read_text()
     assert "2 jobs, 2 ok, 0 failed, 1 configuration." in text
     assert "interrupted" not in text and "Retried" not in text
+
+
+def test_the_terminal_prints_cost_in_summary_jsons_unit():
+    from distsim import load_config, simulate
+    from distsim.report_table import format_summary
+
+    summary = simulate(load_config(SMALL)).summary
+    line = next(ln for ln in format_summary(summary).splitlines() if ln.startswith("cost"))
+    assert f"${summary['cost_usd_per_1k_tokens']:.6f} per 1k tokens" in line
