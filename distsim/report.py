@@ -2,10 +2,12 @@
 
 Reads results.parquet (and ranking.csv, or ranks again) and each job's requests.parquet, and writes into
 SWEEP_DIR/report/: fitness.png (mean fitness per configuration with its 95% CI, the winner and the
-configurations tied with it marked), latency_cdf.png (TTFT, TPOT and E2E distributions per policy,
-pooled over the policy's jobs), param_<key>.png for every swept numeric parameter (fitness and p99 TTFT
-against it, one line per setting of the other swept keys), and report.md tying them together. (When the
-sweep has a single policy name, the CDFs are drawn per configuration instead.)
+configurations tied with it marked), latency_cdf.png (TTFT, TPOT and E2E distributions per configuration,
+pooled over its seeds; the best-ranked eight when there are more), param_<key>.png for every swept numeric
+parameter (fitness and p99 TTFT against it, one line per setting of the other swept keys; a latency's CI
+band is clipped at zero, where a t-interval over few seeds can reach), and report.md tying them together.
+It opens with how much of the planned sweep ran (sweep.json): an interrupted sweep, the jobs and
+configurations that never ran, and jobs retried after their worker died are named.
 """
 
 from __future__ import annotations
@@ -109,35 +111,45 @@ def _job_latencies(sweep_dir: Path, jobs: Sequence[int], missing: list[int]) -> 
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def cdf_groups(results: pd.DataFrame, ranking: pd.DataFrame) -> pd.Series:
-    """One CDF line per policy; per configuration when the sweep varies something within one policy name
-    (e.g. policy.routing.kind) and has few enough configurations to read."""
+def cdf_groups(results: pd.DataFrame, ranking: pd.DataFrame) -> tuple[pd.Series, int]:
+    """One CDF line per configuration, never pooling configurations that differ in anything but the seed
+    (two loads under one policy are two curves). With more configurations than MAX_CDF_LINES, the best
+    ranked ones are drawn; returns the ok jobs' line labels (jobs of configurations not drawn left out)
+    and how many configurations were left out."""
     ok = results[results["status"] == "ok"]
-    if ok["policy"].nunique() > 1 or ok["config"].nunique() > MAX_CDF_LINES:
-        return ok["policy"].astype(str)
+    ranked = [c for c in ranking.sort_values("rank", na_position="last", kind="stable")["config"] if c in set(ok["config"])]
+    drawn = ranked[:MAX_CDF_LINES]
     labels = dict(zip(ranking["config"], ranking["label"]))
-    return ok["config"].map(labels).fillna(ok["config"])
+    shown = ok[ok["config"].isin(drawn)]
+    order = {c: i for i, c in enumerate(drawn)}
+    keys = shown["config"].map(lambda c: f"{order[c]:03d} {labels.get(c, c)}")  # rank order, then the label
+    return keys, len(ranked) - len(drawn)
 
 
 def plot_cdfs(
     sweep_dir: Path, results: pd.DataFrame, ranking: pd.DataFrame, path: Path, missing: list[int]
 ) -> list[str]:
-    """Latency CDFs pooled over each group's jobs; returns the groups drawn (none: no file written).
+    """Latency CDFs, one per configuration pooled over its jobs; returns the lines drawn (none: no file
+    written).
 
     Ok jobs without a requests.parquet (sim.write_requests=false, or deleted) are added to ``missing``."""
     ok = results[results["status"] == "ok"]
     fig, axes = plt.subplots(1, len(LATENCIES), figsize=(13, 3.8))
     drawn = []
     probs = np.linspace(0, 1, 501)
-    for policy, group in ok.groupby(cdf_groups(results, ranking), sort=True):
+    keys, left_out = cdf_groups(results, ranking)
+    for key_label, group in ok.loc[keys.index].groupby(keys, sort=True):
+        label = key_label.split(" ", 1)[1]
         lat = _job_latencies(sweep_dir, group["job"].tolist(), missing)
         if lat.empty:
             continue
-        drawn.append(str(policy))
+        drawn.append(label)
         for ax, (key, _) in zip(axes, LATENCIES):
             values = lat[key].dropna().to_numpy(float)
             if len(values):
-                ax.plot(np.quantile(values, probs), probs, label=f"{policy} ({len(group)} jobs)")
+                ax.plot(np.quantile(values, probs), probs, label=f"{label} ({len(group)} jobs)")
+    if left_out:
+        fig.suptitle(f"the {len(drawn)} best-ranked configurations; {left_out} more not drawn", fontsize=9)
     for ax, (_, name) in zip(axes, LATENCIES):
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("fraction of completed requests")
@@ -168,6 +180,19 @@ def numeric_params(results: pd.DataFrame) -> list[str]:
     return out
 
 
+def band(group: pd.DataFrame, param: str, metric: str, floor: float) -> tuple[list, list, list, list]:
+    """Per value of ``param``: the mean of ``metric`` over its jobs and its 95% t-interval, never below
+    ``floor`` (a latency's interval over few seeds can reach below zero, which no latency can)."""
+    xs, means, lows, highs = [], [], [], []
+    for x, at in group.groupby(param, sort=True):
+        mean, low, high = mean_ci(at[metric].dropna().to_numpy(float))
+        xs.append(x)
+        means.append(mean)
+        lows.append(mean if math.isnan(low) else max(low, floor))
+        highs.append(mean if math.isnan(high) else high)
+    return xs, means, lows, highs
+
+
 def plot_param(results: pd.DataFrame, param: str, path: Path) -> None:
     ok = results[results["status"] == "ok"].copy()
     ok[param] = pd.to_numeric(ok[param])
@@ -182,26 +207,21 @@ def plot_param(results: pd.DataFrame, param: str, path: Path) -> None:
         if others
         else "all"
     )
-    metrics = [("fitness", "fitness"), ("ttft_ms.p99", "p99 TTFT (ms)")]
+    # (metric, axis label, the least value it can take: a CI band never reaches below it)
+    metrics = [("fitness", "fitness", -math.inf), ("ttft_ms.p99", "p99 TTFT (ms)", 0.0)]
     fig, axes = plt.subplots(1, len(metrics), figsize=(11, 3.8))
-    for ax, (metric, label) in zip(axes, metrics):
+    for ax, (metric, label, floor) in zip(axes, metrics):
         if metric not in ok:
             continue
         for series, group in ok.groupby("_series", sort=True):
-            xs, means, lows, highs = [], [], [], []
-            for x, at in group.groupby(param, sort=True):
-                mean, low, high = mean_ci(at[metric].dropna().to_numpy(float))
-                xs.append(x)
-                means.append(mean)
-                lows.append(mean if math.isnan(low) else low)
-                highs.append(mean if math.isnan(high) else high)
+            xs, means, lows, highs = band(group, param, metric, floor)
             ax.plot(xs, means, marker="o", label=series)
             ax.fill_between(xs, lows, highs, alpha=0.2)
         ax.set_xlabel(param[len(PARAM_PREFIX) :])
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"Metrics against {param[len(PARAM_PREFIX) :]} (mean over seeds, 95% CI band)")
+    fig.suptitle(f"Metrics against {param[len(PARAM_PREFIX) :]} (mean over seeds, 95% CI band; latency's clipped at 0)")
     fig.tight_layout()
     outputs.save_figure(fig, path, dpi=120)
     plt.close(fig)

@@ -5,7 +5,9 @@ the terminal summary's figures are summary.json's, in its units."""
 from __future__ import annotations
 
 import json
+import math
 
+import pandas as pd
 import pytest
 from raykit import sweep_on_local_ray
 
@@ -74,3 +76,32 @@ def test_the_terminal_prints_cost_in_summary_jsons_unit():
     summary = simulate(load_config(SMALL)).summary
     line = next(ln for ln in format_summary(summary).splitlines() if ln.startswith("cost"))
     assert f"${summary['cost_usd_per_1k_tokens']:.6f} per 1k tokens" in line
+
+
+def test_latency_cdfs_never_pool_configurations_that_differ():
+    """Two policies at two loads are four curves, not two (the old report pooled each policy's loads)."""
+    from distsim.report import MAX_CDF_LINES, cdf_groups
+
+    configs = [f"policy={p} workload.arrival.rate_rps={r}" for p in ("a", "b") for r in (10, 20)]
+    results = pd.DataFrame({
+        "job": range(8), "config": [c for c in configs for _ in range(2)], "status": "ok",
+        "policy": [c.split()[0][7:] for c in configs for _ in range(2)],
+    })
+    ranking = pd.DataFrame({"config": configs, "label": configs, "rank": [2, 1, 4, 3]})
+    keys, left_out = cdf_groups(results, ranking)
+    assert left_out == 0 and keys.nunique() == 4
+    assert [k.split(" ", 1)[1] for k in sorted(keys.unique())] == [configs[1], configs[0], configs[3], configs[2]]
+    many = pd.DataFrame({"job": range(12), "config": [f"c{i}" for i in range(12)], "status": "ok", "policy": "p"})
+    keys, left_out = cdf_groups(many, pd.DataFrame({"config": many["config"], "label": many["config"], "rank": range(12)}))
+    assert keys.nunique() == MAX_CDF_LINES and left_out == 12 - MAX_CDF_LINES
+
+
+def test_a_latency_band_never_dips_below_zero():
+    from distsim.report import band
+
+    group = pd.DataFrame({"x": [1, 1, 2, 2], "ttft_ms.p99": [10.0, 400.0, 300.0, 310.0]})
+    xs, means, lows, highs = band(group, "x", "ttft_ms.p99", 0.0)
+    assert xs == [1, 2] and lows[0] == 0.0 and highs[0] > means[0] == 205.0
+    assert 0 < lows[1] < means[1] < highs[1]
+    _, _, unclipped, _ = band(group, "x", "ttft_ms.p99", -math.inf)
+    assert unclipped[0] < 0  # the t-interval itself reaches below zero
