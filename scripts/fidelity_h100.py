@@ -10,6 +10,8 @@
    --leave-one-model-out --out docs/data/h100_fit.json`` wrote (read, not rerun: it takes about half an
    hour; rerun it after a change of the step model).
 4. The two RTX runs (../shared/data/llmservingsim_bench), never fitted on, at the shipped defaults.
+5. docs/data/fidelity_guard.json: the figures the fidelity guard (tests/test_fidelity_guard.py) holds
+   the shipped defaults to (distsim.fidelity.guard; per step table and per run of a fixed slice).
 
     python scripts/fidelity_h100.py             # about a minute
     python scripts/fidelity_h100.py --no-write  # print only
@@ -107,6 +109,10 @@ def main() -> int:
     readme = medians + "\n\nHeld out, the RTX runs at the same defaults:\n\n" + rtx
     print(doc)
     if not args.no_write:
+        from distsim.fidelity import guard
+
+        guard.write()  # the figures tests/test_fidelity_guard.py holds the shipped defaults to
+        print(f"wrote {guard.RECORD.relative_to(ROOT)}")
         replace_block(ROOT / "docs" / "fidelity.md", doc, BEGIN, END)
         replace_block(ROOT / "README.md", readme, BEGIN, END)
         print("wrote docs/fidelity.md and README.md")
