@@ -16,6 +16,7 @@ from distsim import outputs
 from distsim.cells.build import build_world
 from distsim.config.scenario import Scenario, resolve
 from distsim.engine.loop import EventLoop
+from distsim.instance.instance import Instance
 from distsim.metrics.columns import Table
 from distsim.metrics.fitness import compute_fitness
 from distsim.metrics.recorder import Recorder
@@ -41,6 +42,7 @@ class SimulationResult:
     decisions: pd.DataFrame | None = None  # per routing decision, when policy.trace_decisions is on
     cells: pd.DataFrame | None = None  # per cell, with a cell layer (cluster.cells.count > 1)
     timeline: Table | None = None  # autoscaled pools' replicas over time, with autoscaling
+    timeline_trace: dict[str, Any] | None = None  # the schedule as a Chrome trace, with sim.timeline (timeline.json)
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -55,7 +57,8 @@ class SimulationResult:
         return self.instance_table
 
     def write(self, out_dir: str | os.PathLike, *, write_requests: bool = True) -> None:
-        """requests.parquet, instances.parquet, decisions.parquet, perf.json, then summary.json into ``out_dir``.
+        """requests.parquet, instances.parquet, decisions.parquet, timeline.json, perf.json, then summary.json
+        into ``out_dir``.
 
         Each file is written atomically (distsim.outputs) and summary.json last, after removing an earlier
         run's, so a complete summary.json means a complete run. Files an earlier run left there that this
@@ -66,6 +69,7 @@ class SimulationResult:
         skipped += [] if self.decisions is not None else ["decisions.parquet"]
         skipped += [] if self.cells is not None else ["cells.parquet"]
         skipped += [] if self.timeline is not None else ["instances_timeline.parquet"]
+        skipped += [] if self.timeline_trace is not None else ["timeline.json"]
         outputs.remove(out / name for name in ("summary.json", *skipped))
         if write_requests:
             outputs.write_parquet(out / "requests.parquet", self.request_table)
@@ -76,6 +80,10 @@ class SimulationResult:
             outputs.write_parquet(out / "cells.parquet", self.cells)
         if self.timeline is not None:
             outputs.write_parquet(out / "instances_timeline.parquet", self.timeline)
+        if self.timeline_trace is not None:
+            from distsim.metrics.timeline import trace_json
+
+            outputs.write_text(out / "timeline.json", trace_json(self.timeline_trace))
         outputs.write_text(out / "perf.json", json.dumps(self.perf, indent=2) + "\n")
         outputs.write_text(out / "summary.json", summary_json(self.summary))
 
@@ -108,11 +116,14 @@ def run(
     workload_summary = getattr(scenario.workload, "summary", lambda: None)()  # traces: rows read and skipped
     loop = EventLoop(sim.horizon_us)
     recorder = _recorder(scenario)
+    timeline, instance_cls = _timeline(scenario)
     cluster = build_world(
         scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
         seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
-        cells=scenario.cells,
+        cells=scenario.cells, instance_cls=instance_cls,
     )
+    if timeline is not None:
+        timeline.attach(cluster)
     if scenario.runtimes:  # batching runtimes for non-LLM request types, behind a front that routes by type
         from distsim.runtime.build import attach_runtimes
 
@@ -135,14 +146,26 @@ def run(
         summary["workload"] = workload_summary
     summary["fitness"] = compute_fitness(summary, scenario.fitness)
     del summary["_derived"]
+    trace = timeline.trace(cluster, table, end_us, sim.seed) if timeline is not None else None
     perf = perf_figures(wall0, cpu0, loop.events, len(table))
     decisions = cluster.decision_table() if cluster.trace else None
-    timeline = None
+    replicas = None
     if getattr(cluster, "autoscaler", None) is not None:
         from distsim.metrics.autoscale import timeline_table
 
-        timeline = timeline_table(cluster.autoscaler)
-    return SimulationResult(summary, table, instances, perf, decisions, cells, timeline)
+        replicas = timeline_table(cluster.autoscaler)
+    return SimulationResult(summary, table, instances, perf, decisions, cells, replicas, trace)
+
+
+def _timeline(scenario: Scenario) -> tuple[Any, type]:
+    """With sim.timeline: the timeline (distsim.metrics.timeline) and the engines it listens to
+    (ObservedInstance); else none, and plain engines that pay nothing per step for it."""
+    if scenario.sim.timeline is None:
+        return None, Instance
+    from distsim.instance.observed import ObservedInstance
+    from distsim.metrics.timeline import Timeline
+
+    return Timeline(scenario.sim.timeline), ObservedInstance
 
 
 def _recorder(scenario: Scenario) -> Recorder:

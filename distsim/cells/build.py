@@ -35,30 +35,33 @@ from distsim.config.settings import (
 )
 from distsim.engine.loop import EventLoop
 from distsim.engine.rng import stream
+from distsim.instance.instance import Instance
 
 
 def build_world(
     pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
     loop: EventLoop, recorder: Any, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
     frontend: FrontendSettings | None = None, cells: CellSettings | None = None,
+    instance_cls: type[Instance] = Instance,
 ) -> Cluster | Fleet:
     """What a run simulates: the cluster of ``pools`` (distsim.cluster.build.build_cluster), or with more
-    than one cell the fleet of cells, which the run uses alike."""
+    than one cell the fleet of cells, which the run uses alike; its engines are ``instance_cls`` objects
+    (distsim.instance.observed.ObservedInstance when a timeline listens)."""
     if cells is None or not cells.enabled:
         return build_cluster(
             pools, policy, signals, transfer, loop, recorder, seed=seed, fast_forward=fast_forward, slo=slo,
-            frontend=frontend,
+            frontend=frontend, instance_cls=instance_cls,
         )
     return build_fleet(
         pools, policy, signals, transfer, loop, recorder, seed=seed, fast_forward=fast_forward, slo=slo,
-        frontend=frontend, cells=cells,
+        frontend=frontend, cells=cells, instance_cls=instance_cls,
     )
 
 
 def build_fleet(
     pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
     loop: EventLoop, recorder: Any, *, seed: int, fast_forward: bool, slo: SloDefaults,
-    frontend: FrontendSettings | None, cells: CellSettings,
+    frontend: FrontendSettings | None, cells: CellSettings, instance_cls: type[Instance] = Instance,
 ) -> Fleet:
     """The fleet of ``cells.count`` cells, each an equal share of every pool (checked to divide)."""
     n = cells.count
@@ -70,7 +73,9 @@ def build_fleet(
     try:
         clusters, sinks = [], []
         for c in range(n):
-            instances, pool_of = build_instances(share, loop, fast_forward, first=c * size, first_group=c * groups)
+            instances, pool_of = build_instances(
+                share, loop, fast_forward, first=c * size, first_group=c * groups, instance_cls=instance_cls
+            )
             sink = CellSink(c)
             clusters.append(assemble(
                 instances, pool_of, policy, signals, transfer, loop, sink, seed=seed, slo=slo, frontend=frontend,

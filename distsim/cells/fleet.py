@@ -82,6 +82,7 @@ class Fleet(Intake):
         self.first_arrival_us: int | None = None
         self.record_ids = array("q")  # request ids as recorded, and the cell that recorded each (-1: none)
         self.record_cells = array("q")
+        self.listeners: list[Any] = []  # told of the front's picks and spill-overs (a timeline): front_routed, spilled
         self._wire: dict[int, tuple[Request, int, tuple[int, ...]]] = {}  # id -> (request, its cell, cells passed)
         self._source: Iterator[Request] | None = None
         self._exhausted = False
@@ -107,6 +108,8 @@ class Fleet(Intake):
         self.arrived += 1
         cell = self.front.pick(req, self.directory)
         self.routed[cell] += 1
+        for listener in self.listeners:
+            listener.front_routed(now, req, cell)
         self._send(now, req, cell, self.network.to_cell(cell), ())
 
     # ------------------------------------------------------------------ the wire and spill-over
@@ -133,6 +136,8 @@ class Fleet(Intake):
                 target = directory.spill_target(cell, passed)
                 if target is not None:
                     self.spilled_out[cell] += 1
+                    for listener in self.listeners:
+                        listener.spilled(now, req, cell, target)
                     self._send(now, req, target, self.network.between(cell, target), passed)
                     return
             self.kept_saturated[cell] += 1

@@ -38,18 +38,20 @@ PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as l
 
 
 def build_instances(
-    pools: Sequence[Any], loop: EventLoop, fast_forward: bool, *, first: int = 0, first_group: int = 0
+    pools: Sequence[Any], loop: EventLoop, fast_forward: bool, *, first: int = 0, first_group: int = 0,
+    instance_cls: type[Instance] = Instance,
 ) -> tuple[list[Instance], list[Any]]:
     """One Instance per engine, numbered in pool order from ``first``: a configured instance with
     data_parallel_size N is N consecutive engines sharing one ``dp_group`` (the configured instance's
-    number, from ``first_group``); and each engine's pool."""
+    number, from ``first_group``); and each engine's pool. ``instance_cls``: Instance, or a subclass such
+    as distsim.instance.observed.ObservedInstance when a timeline listens to the steps."""
     instances: list[Instance] = []
     pool_of: list[Any] = []
     group = first_group
     for pool in pools:
         for _ in range(pool.built_count):
             for _ in range(pool.data_parallel_size):
-                inst = Instance(
+                inst = instance_cls(
                     first + len(instances),
                     pool.engine,
                     pool.latency,
@@ -133,11 +135,11 @@ def build_routes(
 def build_cluster(
     pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
     loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
-    frontend: FrontendSettings | None = None,
+    frontend: FrontendSettings | None = None, instance_cls: type[Instance] = Instance,
 ) -> Cluster:
     """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (with cells:
-    distsim.cells.build.build_world)."""
-    instances, pool_of = build_instances(pools, loop, fast_forward)
+    distsim.cells.build.build_world); its engines are ``instance_cls`` objects."""
+    instances, pool_of = build_instances(pools, loop, fast_forward, instance_cls=instance_cls)
     cluster = assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
     if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
         from distsim.autoscale.controller import attach_autoscaler

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,6 +43,20 @@ class Routes:
     decode_view: ClusterView | None = None
     decode_router: Any = None
     prefix_index: PrefixIndex | None = None
+
+
+class ClusterListener(Protocol):
+    """What a cluster tells the listeners on its ``listeners`` list (distsim.metrics.timeline is one) of
+    events no table keeps; a listener reads, never writes. Instance numbers are global."""
+
+    def handed_off(self, req: Request, now: int) -> None:
+        """P/D: the prefill instance computed ``req``'s prompt and holds its KV."""
+
+    def kv_transfer(self, req: Request, start_us: int, duration_us: int, nbytes: float) -> None:
+        """P/D: the KV of ``req`` leaves its prefill instance for its decode instance (``req.instance``)."""
+
+    def hedged(self, now: int, req: Request, copy: Request, source: int, target: int) -> None:
+        """A hedge: ``copy`` of ``req`` (first sent to instance ``source``) goes to instance ``target``."""
 
 
 class Intake:
@@ -111,6 +125,7 @@ class Cluster(Intake):
             inst.on_done, inst.on_prefilled, inst.on_reserved = self._on_done, self._on_prefilled, self._on_reserved
         self._wire_hedger(hedger)
         self.decisions: list[tuple] = []
+        self.listeners: list[ClusterListener] = []  # told of hand-offs, KV transfers and hedges (a timeline)
         self.arrived = 0  # requests that entered this cluster
         self.recorded = 0  # of them, recorded with their final status
         self.first_arrival_us: int | None = None
@@ -247,6 +262,8 @@ class Cluster(Intake):
         if self.trace:
             self.decisions.append((now, req.request_id, "hedge", target + self.base, None, None, None, None))
         self._dispatch(copy, target, now)
+        for listener in self.listeners:
+            listener.hedged(now, req, copy, first_target + self.base, target + self.base)
         if hedger.wants_copy(req):
             self.loop.schedule(now + hedger.delay_us(req), PRIO_CLUSTER, hedger.timer, item)
 
@@ -301,6 +318,8 @@ class Cluster(Intake):
 
     # ------------------------------------------------------------------ P/D hand-off
     def _on_prefilled(self, req: Request, now: int) -> None:
+        for listener in self.listeners:
+            listener.handed_off(req, now)
         prefill = self.instances[req.prefill_instance - self.base]
         self.state.outstanding[req.prefill_instance - self.base] -= 1
         decode = self._decode_target.pop(req.request_id)
@@ -322,6 +341,8 @@ class Cluster(Intake):
         self.transfers += 1
         self.transfer_us_total += duration
         self.transfer_bytes_total += nbytes
+        for listener in self.listeners:
+            listener.kv_transfer(req, now, duration, nbytes)
         self._in_transfer[req.request_id] = req
         self.loop.schedule(now + duration, PRIO_CLUSTER, self._transfer_done, req)
 

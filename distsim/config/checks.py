@@ -27,6 +27,7 @@ from distsim.config.settings import (
     SloDefaults,
     TransferSettings,
 )
+from distsim.config.timeline import timeline_window
 
 # the validators live in distsim.config.validators; checks.number etc. keep working for callers
 from distsim.config.validators import (  # noqa: F401
@@ -58,7 +59,8 @@ def sim(cfg: Any) -> SimSettings:
         raise ConfigError("sim.horizon_s", f"must be a finite number > 0, or null for no horizon (got {h!r})")
     horizon = None if h is None else int(round(h * 1e6))
     window, horizon = measure_window(cfg.sim, horizon)  # a drain sets the horizon
-    return SimSettings(int(seed), horizon, bool(cfg.sim.fast_forward), bool(cfg.sim.write_requests), window)
+    timeline = timeline_window(cfg.sim, horizon)
+    return SimSettings(int(seed), horizon, bool(cfg.sim.fast_forward), bool(cfg.sim.write_requests), window, timeline)
 
 
 def slo_defaults(workload: Any) -> SloDefaults:

@@ -247,6 +247,11 @@ class SimConfig:
     drain_s: float | None = None
     fast_forward: bool = True  # skip decode-only stretches in closed form (results are identical)
     write_requests: bool = True  # write requests.parquet
+    # timeline.json, a Chrome trace of the schedule (distsim/metrics/timeline.py), kept to
+    # [timeline_start_s, timeline_end_s) seconds of simulated time (end null: to the end of the run)
+    timeline: bool = False
+    timeline_start_s: float = 0.0
+    timeline_end_s: float | None = None
     # a progress line on stderr during a long single run (python -m distsim); null: when stderr is a terminal
     progress: bool | None = None
 

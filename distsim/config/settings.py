@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from distsim.config.timeline import TimelineWindow
 from distsim.config.window import MeasureWindow
 
 SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued_tokens")
@@ -123,6 +124,7 @@ class SimSettings:
     fast_forward: bool = True
     write_requests: bool = True
     window: MeasureWindow | None = None  # sim.warmup_s / measure_s; None: every request counts
+    timeline: TimelineWindow | None = None  # sim.timeline and its window; None: no timeline.json
 
 
 @dataclass(frozen=True)
