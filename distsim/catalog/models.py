@@ -783,6 +783,7 @@ _MODEL_FILES = {
     "qwen3-30b-a3b": "Qwen3-30B-A3B.json",
     "deepseek-v2-lite": "DeepSeek-V2-Lite.json",
     "gpt-oss-20b": "gpt-oss-20b.json",
+    "codellama-34b": "CodeLlama-34b-hf.json",
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_MODEL_FILES)
 # Also accepted: the file stems and HF repo ids, case-insensitive.
@@ -791,6 +792,8 @@ _MODEL_ALIASES = {
     "llama-3.1-70b-instruct": "llama-3.1-70b",
     "qwen2.5-7b-instruct": "qwen2.5-7b",
     "mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "codellama-34b-instruct-hf": "codellama-34b",
+    "codellama-34b-python-hf": "codellama-34b",
 }
 
 

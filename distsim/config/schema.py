@@ -61,6 +61,14 @@ class LatencyConfig:
     layer_overhead_us: float | None = None  # GPU time per layer per step besides matmuls and attention
     sequence_overhead_us: float | None = None  # host time per scheduled sequence per step
     step_overhead_us: float | None = None  # host time per step
+    # roofline3 (distsim/instance/latency/roofline3.py) also reads the keys above, and:
+    expert_compute_efficiency: float | None = None  # grouped expert GEMMs' FLOP/s over the tensor peak
+    expert_half_rows: float | None = None  # rows per expert at which they reach half that efficiency
+    activation_bytes_hidden: float | None = None  # bytes moved per token, layer and hidden element
+    activation_bytes_intermediate: float | None = None  # ... per element of the MLP / active experts' width
+    activation_bytes_routed: float | None = None  # ... per hidden element of each routed token copy (MoE)
+    moe_layer_overhead_us: float | None = None  # GPU time per MoE layer per step (router, top-k, sort)
+    routing_skew: float | None = None  # Zipf exponent of expert popularity; 0: uniform routing
     profile: str | None = None  # a calibrated latency profile: shipped name or path (distsim.calibrate)
 
 

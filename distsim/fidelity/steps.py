@@ -2,17 +2,21 @@
 
     python -m distsim.fidelity.steps ../shared/data/h100_steps [cluster.latency.KEY=VALUE ...] [--out DIR]
         [--fit KEY,KEY,...] [--include-moe] [--holdout MODEL]
+    python -m distsim.fidelity.steps ../shared/data/h100_steps cluster.latency.kind=roofline3 --nnls [--lomo]
 
 Every step of the folder's primary tables (:mod:`distsim.fidelity.steps_data`) is timed by the latency
-model that the config (defaults plus the overrides) builds for the H100 at TP 1 and the table's model
-(:mod:`distsim.fidelity.steps_compare`); error % = (simulated - measured) / measured x 100 of the GPU
-time, per model and step class (decode, long context, prefill, mixed). Why at the step level: a whole
-run's error mixes the step model with the scheduler and the engine's host work; these steps isolate the
-first.
+model that the config (defaults plus the overrides) builds for the GPU the table was measured on (its
+``gpu`` column, else the folder README's GPU), the table's TP shapes and model
+(:mod:`distsim.fidelity.steps_compare`); error % = (simulated - measured) / measured x 100 of one GPU's
+kernel time, per model and step class (decode, long context, prefill, mixed). Why at the step level: a
+whole run's error mixes the step model with the scheduler and the engine's host work; these steps
+isolate the first.
 
 ``--fit`` fits the named ``cluster.latency`` coefficients to the dense tables (with ``--include-moe``
 the MoE ones too; ``--holdout MODEL`` leaves one model out and reports it at the fitted values),
-:mod:`distsim.fidelity.steps_fit`. Writes DIR/steps.csv (one row per step, at the fitted values when
+:mod:`distsim.fidelity.steps_fit`. ``--nnls`` fits every GPU coefficient of the per-operator model
+(``kind=roofline3``) to every table by bounded linear least squares (:mod:`distsim.fidelity.steps_nnls`);
+``--lomo`` adds leave-one-model-out. Writes DIR/steps.csv (one row per step, at the fitted values when
 fitting), DIR/steps.md (the tables) and, when fitting, DIR/step_fit.json.
 """
 
@@ -25,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -42,6 +47,8 @@ class StepReport:
     fit: StepFit | None = None
     fitted_steps: pd.DataFrame | None = None  # at the fitted values
     holdout: str | None = None
+    basis_fit: Any = None  # steps_nnls.BasisFit (--nnls)
+    lomo: Any = None  # steps_nnls.Lomo (--lomo)
 
     @property
     def final(self) -> pd.DataFrame:
@@ -80,6 +87,44 @@ def run_steps(
     return report
 
 
+def run_nnls(folder: str | Path, overrides: Sequence[str] = (), with_lomo: bool = False) -> StepReport:
+    """Compare at the configured values, fit every GPU coefficient by bounded least squares (and leave
+    each model out with ``with_lomo``)."""
+    from distsim.fidelity import steps_nnls
+    from distsim.instance.latency.roofline3 import coefficients_from
+
+    settings = latency_settings(overrides)
+    if settings.node.get("kind") != "roofline3":
+        raise UserError("--nnls fits the per-operator step model: add cluster.latency.kind=roofline3")
+    tables = read_steps(folder)
+    start = coefficients_from(settings.node)
+    report = StepReport(tables, compare(tables, simulate(tables, settings)))
+    report.basis_fit = steps_nnls.fit_basis(tables, settings, start)
+    report.fitted_steps = compare(tables, simulate(tables, settings, steps_nnls.values_of(report.basis_fit.coefficients)))
+    if with_lomo:
+        report.lomo = steps_nnls.lomo(tables, settings, start)
+    return report
+
+
+def nnls_markdown(report: StepReport) -> str:
+    from distsim.fidelity.steps_nnls import values_of
+
+    fit = report.basis_fit
+    lines = ["| coefficient | fitted |", "|---|---:|"]
+    lines += [f"| {k} | {v:.6g} |" for k, v in values_of(fit.coefficients).items()]
+    text = "\n".join(lines)
+    rms = (fit.objective**0.5) * 100
+    text += (
+        f"\n\nFitted by bounded linear least squares on {', '.join(fit.tables)} (each model and, within it, "
+        f"each step class weighted equally), {fit.iterations} passes until no max changed side. Objective "
+        f"(weighted mean squared relative error): {fit.start_objective:.5f} at the start, {fit.objective:.5f} "
+        f"fitted (typical error {rms:.1f}%)."
+    )
+    if fit.unused:
+        text += f"\n\nNot moved by any row (kept at their start): {', '.join(fit.unused)}."
+    return text
+
+
 def fit_markdown(fit: StepFit) -> str:
     lines = ["| coefficient | start | fitted | bounds |", "|---|---:|---:|---|"]
     for key, value in fit.values.items():
@@ -102,11 +147,26 @@ def render_markdown(report: StepReport, folder: str, overrides: Sequence[str]) -
         f"# Step times of {folder} against distsim's gpu_step_us",
         "",
         f"Overrides: {' '.join(overrides) or '(none)'}. Error = (simulated - measured) / measured, "
-        "GPU time of one step on the H100 at TP 1; positive = distsim slower.",
+        "one GPU's kernel time of a step (the GPU and TP shapes each table was measured on, no "
+        "collectives); positive = distsim slower.",
         "",
     ]
     parts += [f"- {t.name}: {t.note}" for t in report.tables if t.note]
     parts += ["", "## At the configured values", "", summary_markdown(summary(report.steps)), ""]
+    if report.basis_fit is not None and report.fitted_steps is not None:
+        parts += [
+            "## Fit (bounded linear least squares, every table)", "", nnls_markdown(report), "",
+            "## At the fitted values", "", summary_markdown(summary(report.fitted_steps)), "",
+        ]
+        if report.lomo is not None:
+            parts += [
+                "## Leave one model out",
+                "",
+                "Each model's steps at the values fitted on the other models' tables.",
+                "",
+                summary_markdown(summary(report.lomo.steps)),
+                "",
+            ]
     if report.fit is not None and report.fitted_steps is not None:
         held = f" ({report.holdout} held out: its steps did not enter the fit)" if report.holdout else ""
         parts += [
@@ -156,7 +216,34 @@ def write_report(
     ]
     if report.fit is not None:
         paths.append(outputs.write_text(out / "step_fit.json", fit_json(report, command)))
+    if report.basis_fit is not None:
+        paths.append(outputs.write_text(out / "step_fit.json", nnls_json(report, command)))
+    if report.lomo is not None:
+        lomo = report.lomo.steps.copy()
+        for col in ("measured_us", "simulated_us", "error_pct"):
+            lomo[col] = lomo[col].round(3)
+        paths.append(outputs.write_csv(out / "steps_lomo.csv", lomo))
     return paths
+
+
+def nnls_json(report: StepReport, command: str) -> str:
+    from distsim.fidelity.steps_nnls import values_of
+
+    fit = report.basis_fit
+    body = {
+        "command": command,
+        "values": values_of(fit.coefficients),
+        "linear": fit.linear,
+        "start_linear": fit.start,
+        "unused": fit.unused,
+        "objective": fit.objective,
+        "start_objective": fit.start_objective,
+        "iterations": fit.iterations,
+        "fitted_on": fit.tables,
+    }
+    if report.lomo is not None:
+        body["lomo"] = {g: values_of(f.coefficients) for g, f in report.lomo.fits.items()}
+    return json.dumps(body, indent=2, allow_nan=False) + "\n"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -173,6 +260,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--holdout", default=None, help="a table's model to leave out of the fit (e.g. qwen2.5-7b)"
     )
+    p.add_argument("--nnls", action="store_true", help="fit every GPU coefficient of kind=roofline3 by bounded least squares")
+    p.add_argument("--lomo", action="store_true", help="with --nnls: leave each model out in turn")
     return p.parse_intermixed_args(argv)
 
 
@@ -182,8 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m distsim.fidelity.steps " + " ".join(shlex.quote(a) for a in argv)
     try:
         out = None if args.out is None else outputs.prepare_dir(args.out)
-        keys = fit_keys(args.fit) if args.fit is not None else []
-        report = run_steps(args.folder, args.overrides, keys, args.include_moe, args.holdout)
+        if args.nnls:
+            report = run_nnls(args.folder, args.overrides, args.lomo)
+        else:
+            if args.lomo:
+                raise UserError("--lomo goes with --nnls")
+            keys = fit_keys(args.fit) if args.fit is not None else []
+            report = run_steps(args.folder, args.overrides, keys, args.include_moe, args.holdout)
         if out is not None:
             write_report(report, out, args.folder, args.overrides, command)
     except UserError as err:

@@ -2,9 +2,11 @@
 
 The latency model is built through the normal config path (``load_config(overrides)``, then
 ``cluster.latency`` with its profile applied), so every ``cluster.latency.*`` override counts; the
-hardware is the H100 at TP 1 the tables were measured on, the model each table's own. The measured
-times are GPU time of a forward pass without the engine's host work, so the comparison is with
-``gpu_step_us`` (the step without host overheads), not ``step_us``.
+hardware is the GPU each table was measured on and the tensor-parallel degree its shapes are of
+(:class:`~distsim.fidelity.steps_data.StepTable`), the model each table's own, the routing skew each
+row's (moe_skew.csv). The measured times are one GPU's kernels of a forward pass, without the engine's
+host work and without collectives (the tables measure TP shapes on one GPU), so the comparison is with
+:func:`kernel_us`: ``gpu_step_us`` less the collectives, not ``step_us``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from distsim.fidelity.steps_data import CLASSES, SHAPE_COLUMNS, StepTable
 from distsim.instance.latency.base import LatencyContext, LatencyModel, build_latency_model
 from distsim.instance.latency.profile import apply_profile
 
-HARDWARE = "H100"
-TENSOR_PARALLEL = 1
+HARDWARE = "H100"  # the settings' default GPU; each table is compared on its own (StepTable.hardware)
 ALL = "all"
 STEP_COLUMNS = ("model", "kind", "class", *SHAPE_COLUMNS, "measured_us", "simulated_us", "error_pct")
 SUMMARY_COLUMNS = ("model", "class", "count", "mean_error_pct", "mean_abs_error_pct", "max_abs_error_pct")
@@ -46,12 +47,16 @@ class LatencySettings:
             v = getattr(getattr(self.build(model), "coefficients", None), key, None)
         return None if v is None else float(v)
 
-    def build(self, model: ModelSpec, values: Mapping[str, float] = {}) -> LatencyModel:
-        """The latency model of ``model`` with ``values`` set over the configured coefficients."""
+    def build(
+        self, model: ModelSpec, values: Mapping[str, float] = {}, hardware: HardwareSpec | None = None, tp: int = 1
+    ) -> LatencyModel:
+        """The latency model of ``model`` with ``values`` set over the configured coefficients, on
+        ``hardware`` (default: the settings' GPU) at tensor-parallel degree ``tp``."""
         node = self.node.copy() if values else self.node
         for key, value in values.items():
             node[key] = float(value)
-        latency = build_latency_model(node, LatencyContext(model, self.hardware, TENSOR_PARALLEL))
+        ctx = LatencyContext(model, hardware or self.hardware, tp)
+        latency = build_latency_model(node, ctx)
         if not hasattr(latency, "gpu_step_us"):
             raise ConfigError(
                 "cluster.latency.kind",
@@ -69,14 +74,35 @@ def latency_settings(overrides: Sequence[str] = ()) -> LatencySettings:
     return LatencySettings(node, load_hardware(HARDWARE))
 
 
+def kernel_us(latency: LatencyModel, shape) -> float:
+    """One GPU's kernel time of a step: ``gpu_step_us`` less the collectives (the step tables' measure)."""
+    own = getattr(latency, "kernel_us", None)
+    if own is not None:
+        return float(own(shape))
+    return float(latency.gpu_step_us(shape) - latency.breakdown(shape).get("all_reduce_us", 0.0))
+
+
+def table_models(table: StepTable, settings: LatencySettings, values: Mapping[str, float] = {}) -> list[LatencyModel]:
+    """The latency model of each row of ``table`` (one per distinct routing skew; its GPU and TP)."""
+    hardware = load_hardware(table.hardware)
+    skews = table.skews()
+    built: dict[float, LatencyModel] = {}
+    for skew in dict.fromkeys(skews.tolist()):
+        extra = dict(values)
+        if skew:
+            extra["routing_skew"] = skew
+        built[skew] = settings.build(table.model, extra, hardware, table.tp)
+    return [built[s] for s in skews.tolist()]
+
+
 def simulate(
     tables: Sequence[StepTable], settings: LatencySettings, values: Mapping[str, float] = {}
 ) -> np.ndarray:
-    """``gpu_step_us`` of every row of ``tables``, in order (one latency model built per table)."""
+    """:func:`kernel_us` of every row of ``tables``, in order (a latency model per table and skew)."""
     out = []
     for table in tables:
-        latency = settings.build(table.model, values)
-        out.extend(latency.gpu_step_us(shape) for shape in table.shapes())
+        models = table_models(table, settings, values)
+        out.extend(kernel_us(lm, shape) for lm, shape in zip(models, table.shapes()))
     return np.asarray(out, dtype=np.float64)
 
 

@@ -1,15 +1,30 @@
 """Reading a folder of engine-step tables laid out like ``../shared/data/h100_steps`` (its README defines
 the columns): one row per measured step with its StepShape columns and its GPU time ``measured_ms``.
 
-Only the primary tables are read (:data:`PRIMARY`). The ``_attn-varlen``, ``_nograph`` and
-``_nocompile`` tables are variants of the same steps, kept to explain the primary ones: one attention
+Only the primary tables are read (:data:`PRIMARY`, :data:`TABLES`). The ``_attn-varlen``, ``_nograph``
+and ``_nocompile`` tables are variants of the same steps, kept to explain the primary ones: one attention
 call per layer (slower for mixed GQA steps than the split form, which is the closer stand-in for vLLM),
 launches from Python (their short steps measure the launching, not the GPU) and no torch.compile fusion.
 Comparing with them would count the same steps twice under forms the README says are not vLLM's.
 
-A table measured on fewer layers than the model has (Mixtral: 8 of 32) is compared with the catalog
-model cut to those layers (:func:`cut_layers`) when all its layers are alike, else its
-``scaled_step_ms`` column (a 32-layer estimate) is compared with the whole model.
+What each table is compared with:
+
+- the GPU it was measured on: its ``gpu`` column (a device name such as "NVIDIA H100 80GB HBM3"), else
+  the first catalog GPU the folder's README names;
+- its tensor-parallel degree: the ``tp`` column (the per-GPU shapes of TP on one GPU; the tables hold no
+  collectives, so they are compared with the kernels alone);
+- the catalog model cut to the layers measured (:func:`cut_layers`) when all its layers are alike, else
+  its ``scaled_step_ms`` column (a full-depth estimate) with the whole model;
+- Llama-4-Scout (``dtype`` column): the FP8 checkpoint (config from ``../h100_vllm_runs/models``) for the
+  ``fp8`` rows up to 2048 tokens and the ``fp8_grouped_nofastacc`` rows above (PyTorch's fast-accumulation
+  grouped kernel switches to half-empty 256-row tiles between 2049 and 4096 tokens, an artefact of that
+  kernel: the README), and the same model unquantised for the ``bf16`` rows; its rows with chunked
+  attention (8192 tokens cached: 6 of 8 layers attend only within their chunk) are left out, since the
+  step model computes full attention (exact up to 8192 tokens, catalog/models.py);
+- qwen3-30b-a3b.csv without its prefill rows: the random router sent those prompts to only 59-83 of the
+  128 experts (README, "Expert-load skew"); moe_skew.csv's uniform rows replace them;
+- moe_skew.csv's Zipf rows at their skew (``cluster.latency.routing_skew`` = the row's ``s``); its router
+  rows are left out (no skew to give them).
 """
 
 from __future__ import annotations
@@ -22,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from distsim import inputs
-from distsim.catalog import ModelSpec, load_model
+from distsim.catalog import ModelSpec, load_hardware, load_model
+from distsim.catalog.hardware import HARDWARE_NAMES
 from distsim.errors import InputFileError
 from distsim.instance.latency.base import StepShape
 
@@ -32,7 +48,23 @@ PRIMARY: dict[str, str] = {
     "qwen2.5-7b": "qwen2.5-7b",
     "qwen3-30b-a3b": "qwen3-30b-a3b",
     "mixtral-8x7b-8layers": "mixtral-8x7b",
+    "llama-3.1-70b-tp4-8layers": "llama-3.1-70b",
+    "codellama-34b-tp2-8layers": "codellama-34b",
+    "llama-4-scout-fp8-tp2-8layers": "../h100_vllm_runs/models/llama-4-scout-17b-16e-instruct-fp8-dynamic",
+    "moe_skew": "",  # rows of several models (its ``model`` column)
 }
+SKEW_MODELS = {"mixtral-8x7b-8layers": "mixtral-8x7b", "qwen3-30b-a3b": "qwen3-30b-a3b"}
+# a table's model group (leave-one-model-out leaves a group out whole)
+GROUPS = {
+    "mixtral-8x7b-8layers": "mixtral-8x7b",
+    "mixtral-8x7b-8layers (moe_skew)": "mixtral-8x7b",
+    "qwen3-30b-a3b (moe_skew)": "qwen3-30b-a3b",
+    "llama-4-scout-fp8-tp2-8layers": "llama-4-scout",
+    "llama-4-scout-bf16-tp2-8layers": "llama-4-scout",
+    "llama-3.1-70b-tp4-8layers": "llama-3.1-70b",
+    "codellama-34b-tp2-8layers": "codellama-34b",
+}
+FAST_ACCUM_TILE_TOKENS = 2048  # above it Scout's fp8 rows use the grouped kernel without fast accumulation
 SHAPE_COLUMNS = (
     "prefill_tokens",
     "prefill_attn_pairs",
@@ -50,14 +82,27 @@ LONG_CONTEXT = 2048  # decode rows attending to more tokens than this are "long 
 class StepTable:
     """One primary table: its steps and the model they are compared with."""
 
-    name: str  # the file stem
+    name: str  # the file stem (a variant's name for tables read in parts)
     model: ModelSpec  # as compared: the catalog model, cut to the measured layers where needed
-    rows: pd.DataFrame  # model, kind, class, line, SHAPE_COLUMNS, measured_us
+    rows: pd.DataFrame  # model, kind, class, line, SHAPE_COLUMNS, measured_us (routing_skew: per row)
     note: str = ""  # how the comparison was set up, when not plainly
+    hardware: str = "H100"  # the catalog GPU the steps were measured on
+    tp: int = 1  # the tensor-parallel degree whose per-GPU shapes were measured (no collectives)
+    group: str = ""  # the model, for leave-one-model-out (the name when empty)
 
     @property
     def moe(self) -> bool:
         return self.model.is_moe
+
+    @property
+    def model_group(self) -> str:
+        return self.group or self.name
+
+    def skews(self) -> np.ndarray:
+        """Each row's routing skew (0: uniform)."""
+        if "routing_skew" not in self.rows.columns:
+            return np.zeros(len(self.rows))
+        return self.rows["routing_skew"].to_numpy(dtype=np.float64)
 
     def shapes(self) -> list[StepShape]:
         cols = [self.rows[c].to_numpy(dtype=np.int64).tolist() for c in SHAPE_COLUMNS]
@@ -74,8 +119,9 @@ def step_class(kind: str, context: int) -> str | None:
 
 
 def _layer_bytes_outside(model: ModelSpec) -> float:
-    """Weight bytes outside the layers: embedding, lm_head, final norm (all at the model dtype)."""
-    return (model.embed_params + model.lm_head_params + model.final_norm_params) * model.dtype_bytes
+    """Weight bytes outside the layers: embedding, lm_head (at its width), final norm."""
+    lm_width = model.lm_head_weight_bytes or model.dtype_bytes
+    return (model.embed_params + model.final_norm_params) * model.dtype_bytes + model.lm_head_params * lm_width
 
 
 def cut_layers(model: ModelSpec, layers: int) -> ModelSpec | None:
@@ -88,8 +134,7 @@ def cut_layers(model: ModelSpec, layers: int) -> ModelSpec | None:
         model.num_moe_layers in (0, n)
         and model.num_sliding_layers in (0, n)
         and not model.first_k_dense_replace
-        and not model.quant_method
-        and not model.lm_head_weight_bytes
+        and model.quant_method in ("", "fp8")
         and (model.active_matmul_params * layers) % n == 0
         and 0 < layers <= n
     )
@@ -133,11 +178,12 @@ def _numbers(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 def _classes(frame: pd.DataFrame, path: Path) -> list[str]:
     classes = []
-    for i, (kind, context) in enumerate(zip(frame["kind"].astype(str), frame["context"])):
+    lines = frame["_line"] if "_line" in frame.columns else range(2, len(frame) + 2)
+    for line, kind, context in zip(lines, frame["kind"].astype(str), frame["context"]):
         cls = step_class(kind.strip(), int(context))
         if cls is None:
             known = "decode, prefill, prefill_ctx, mixed"
-            raise InputFileError(path, f"'kind' must be one of {known} (got {inputs.excerpt(kind)})", i + 2)
+            raise InputFileError(path, f"'kind' must be one of {known} (got {inputs.excerpt(kind)})", int(line))
         classes.append(cls)
     return classes
 
@@ -185,8 +231,97 @@ def _compared(frame: pd.DataFrame, path: Path, model: ModelSpec) -> tuple[ModelS
     return model, scaled * 1000.0, note
 
 
-def read_table(path: Path, name: str) -> StepTable:
-    """One primary table (``name`` is a key of :data:`PRIMARY`)."""
+def unquantised(model: ModelSpec) -> ModelSpec:
+    """``model`` with every weight at its dtype and no FP8 matmuls (Scout's bf16 rows)."""
+    widths = (
+        "attn_weight_bytes", "kv_proj_weight_bytes", "layer_replicated_weight_bytes", "dense_mlp_weight_bytes",
+        "shared_expert_weight_bytes", "router_weight_bytes", "lm_head_weight_bytes",
+    )
+    return replace(
+        model, name=f"{model.name} (bf16)", quant_method="", expert_weight_bytes=float(model.dtype_bytes),
+        **{w: 0.0 for w in widths},
+    )
+
+
+def gpu_of(frame: pd.DataFrame, path: Path, folder_default: str | None) -> str:
+    """The catalog GPU a table was measured on: its ``gpu`` column (one device name), else the folder's."""
+    if "gpu" not in frame.columns:
+        if folder_default is None:
+            raise InputFileError(path, "no 'gpu' column and the folder's README names no catalog GPU")
+        return folder_default
+    names = frame["gpu"].dropna().astype(str).str.strip().unique()
+    if len(names) != 1:
+        raise InputFileError(path, f"'gpu' must name one device (got {', '.join(names) or 'none'})")
+    found = hardware_named(names[0])
+    if found is None:
+        raise InputFileError(path, f"'gpu' {inputs.excerpt(names[0])} is no catalog GPU ({', '.join(HARDWARE_NAMES)})")
+    return found
+
+
+def hardware_named(device: str) -> str | None:
+    """The catalog GPU a device name means ("NVIDIA H100 80GB HBM3" -> H100): the catalog name or alias
+    whose letters and digits appear in it, the longest such; None when none does."""
+    norm = "".join(ch for ch in device.lower() if ch.isalnum())
+    best: tuple[int, str] | None = None
+    for name in HARDWARE_NAMES:
+        spec = load_hardware(name)
+        for alias in (name, *spec.aliases):
+            a = "".join(ch for ch in alias.lower() if ch.isalnum())
+            if a and a in norm and (best is None or len(a) > best[0]):
+                best = (len(a), name)
+    return None if best is None else best[1]
+
+
+def folder_gpu(root: Path) -> str | None:
+    """The first catalog GPU the folder's README.md names (the GPU of tables without a ``gpu`` column)."""
+    readme = root / "README.md"
+    if not readme.is_file():
+        return None
+    text = readme.read_text(encoding="utf-8", errors="replace").lower()
+    hits = []
+    for name in HARDWARE_NAMES:
+        spec = load_hardware(name)
+        for alias in (name, *spec.aliases):
+            at = text.find(alias.lower())
+            if at >= 0:
+                hits.append((at, -len(alias), name))
+    return min(hits)[2] if hits else None
+
+
+def _tp(frame: pd.DataFrame, path: Path) -> int:
+    if "tp" not in frame.columns:
+        return 1
+    values = pd.to_numeric(frame["tp"], errors="coerce").unique()
+    if len(values) != 1 or not math.isfinite(values[0]) or values[0] != int(values[0]) or values[0] < 1:
+        raise InputFileError(path, f"'tp' must be one whole number >= 1 (got {', '.join(str(v) for v in values)})")
+    return int(values[0])
+
+
+def _rows(frame: pd.DataFrame, path: Path, name: str, measured: np.ndarray) -> pd.DataFrame:
+    rows = pd.DataFrame(
+        {
+            "model": name,
+            "kind": frame["kind"].astype(str).str.strip().to_numpy(),
+            "class": _classes(frame, path),
+            "line": frame["_line"].to_numpy(),
+        }
+    )
+    for col in SHAPE_COLUMNS:
+        rows[col] = frame[col].to_numpy()
+    rows["measured_us"] = measured
+    return rows
+
+
+def _table(frame: pd.DataFrame, path: Path, name: str, model: ModelSpec, gpu: str | None, note: str = "") -> StepTable:
+    model, measured, cut_note = _compared(frame, path, model)
+    rows = _rows(frame, path, name, measured)
+    if "routing_skew" in frame.columns:
+        rows["routing_skew"] = frame["routing_skew"].to_numpy(dtype=np.float64)
+    notes = "; ".join(n for n in (cut_note, note) if n)
+    return StepTable(name, model, rows, notes, gpu_of(frame, path, gpu), _tp(frame, path), GROUPS.get(name, ""))
+
+
+def _frame(path: Path) -> pd.DataFrame:
     frame = inputs.read_csv_frame(path)
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
@@ -194,19 +329,61 @@ def read_table(path: Path, name: str) -> StepTable:
     if frame.empty:
         raise InputFileError(path, "no steps (only a header line)")
     frame = _numbers(frame, path)
-    model, measured, note = _compared(frame, path, load_model(PRIMARY[name]))
-    rows = pd.DataFrame(
-        {
-            "model": name,
-            "kind": frame["kind"].astype(str).str.strip(),
-            "class": _classes(frame, path),
-            "line": np.arange(2, len(frame) + 2),
-        }
-    )
-    for col in SHAPE_COLUMNS:
-        rows[col] = frame[col].to_numpy()
-    rows["measured_us"] = measured
-    return StepTable(name, model, rows, note)
+    frame["_line"] = np.arange(2, len(frame) + 2)
+    return frame
+
+
+def _model_path(root: Path, spec: str, path: Path) -> ModelSpec:
+    if "/" not in spec:
+        return load_model(spec)
+    target = (root / spec).resolve()
+    if not target.exists():
+        raise InputFileError(path, f"the model config {spec!r} is not beside the folder ({target})")
+    return load_model(str(target))
+
+
+def read_tables(path: Path, name: str, gpu: str | None = None) -> list[StepTable]:
+    """The tables one primary file gives (``name`` is a key of :data:`PRIMARY`): one for most, two for
+    Scout (FP8 and bf16 rows), one per model for moe_skew.csv."""
+    frame = _frame(path)
+    root = path.parent
+    if name == "moe_skew":
+        zipf = frame[frame["routing"].astype(str).str.strip() == "zipf"] if "routing" in frame.columns else frame
+        out = []
+        for model_name, catalog in SKEW_MODELS.items():
+            part = zipf[zipf["model"].astype(str).str.strip() == model_name].copy()
+            if part.empty:
+                continue
+            part["routing_skew"] = pd.to_numeric(part["s"], errors="coerce").to_numpy(dtype=np.float64)
+            note = "Zipf expert loads at the row's skew (cluster.latency.routing_skew = s); router rows left out"
+            out.append(_table(part, path, f"{model_name} (moe_skew)", load_model(catalog), gpu, note))
+        return out
+    model = _model_path(root, PRIMARY[name], path)
+    if name == "qwen3-30b-a3b":
+        kept = frame[frame["kind"].astype(str).str.strip() != "prefill"]
+        note = "prefill rows left out: the random router touched 59-83 of 128 experts (README); moe_skew's uniform rows replace them"
+        return [_table(kept, path, name, model, gpu, note)]
+    if "chunked_attention" in frame.columns:  # Scout's chunked local attention past 8192 tokens: not modelled
+        frame = frame[frame["chunked_attention"].isna() | (frame["chunked_attention"].astype(str).str.strip() == "")]
+    if "dtype" in frame.columns:
+        dtype = frame["dtype"].astype(str).str.strip()
+        tokens = frame["prefill_tokens"] + frame["decode_tokens"]
+        fast = FAST_ACCUM_TILE_TOKENS
+        fp8 = frame[((dtype == "fp8") & (tokens <= fast)) | ((dtype == "fp8_grouped_nofastacc") & (tokens > fast))]
+        bf16 = frame[dtype == "bf16"]
+        out = []
+        if len(fp8):
+            note = f"fp8 rows up to {fast} tokens, fp8_grouped_nofastacc rows above (fast accumulation's tile switch)"
+            out.append(_table(fp8, path, name, model, gpu, note))
+        if len(bf16):
+            out.append(_table(bf16, path, name.replace("-fp8-", "-bf16-"), unquantised(model), gpu, "bf16 rows"))
+        return out
+    return [_table(frame, path, name, model, gpu)]
+
+
+def read_table(path: Path, name: str) -> StepTable:
+    """One primary table (``name`` is a key of :data:`PRIMARY`): the first it gives."""
+    return read_tables(path, name, folder_gpu(path.parent))[0]
 
 
 def read_steps(folder: str | Path) -> list[StepTable]:
@@ -214,7 +391,8 @@ def read_steps(folder: str | Path) -> list[StepTable]:
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise InputFileError(root, "not a folder (expected step tables such as llama-3.1-8b.csv)")
-    tables = [read_table(root / f"{name}.csv", name) for name in PRIMARY if (root / f"{name}.csv").exists()]
+    gpu = folder_gpu(root)
+    tables = [t for name in PRIMARY if (root / f"{name}.csv").exists() for t in read_tables(root / f"{name}.csv", name, gpu)]
     if not tables:
         raise InputFileError(root, f"no step table: expected one of {', '.join(f'{n}.csv' for n in PRIMARY)}")
     return tables
