@@ -18,6 +18,7 @@ from distsim import outputs
 from distsim.config.compose import CONF_DIR, skip_hydra_mode_compose
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError, print_warnings_as_lines
+from distsim.hydra_entry import install as install_hydra_entry
 from distsim.run_dir import exit_if_unwritable
 
 register_schemas()
@@ -47,5 +48,6 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     exit_if_unwritable("distsim", CONF_DIR / "config.yaml")  # before Hydra creates it, with a traceback
+    install_hydra_entry("distsim")  # Hydra's compose and .hydra/ errors as one line, exit 2
     skip_hydra_mode_compose()  # Hydra's extra compose that only reads hydra.mode (null for this tree)
     main()

@@ -23,7 +23,7 @@ from distsim.autoscale.settings import resolve_autoscale
 from distsim.cluster.pools import PoolSpec
 from distsim.config import checks
 from distsim.config.schema import PolicyConfig
-from distsim.errors import ConfigError, SimulationError
+from distsim.errors import ConfigError, ConfigWarning, SimulationError
 from distsim.instance.latency.linear import LinearLatency
 from distsim.policies.base import PolicyContext
 from distsim.policies.cost_escalation import CostEscalation, CostEscalationParams
@@ -310,7 +310,9 @@ def test_every_kind_runs_a_burst_to_completion(kind):
 def test_without_autoscaling_nothing_changes_and_no_timeline_is_left(tmp_path):
     base = ["workload.num_requests=200"]
     plain = simulate(load_config(base))
-    unused = simulate(load_config([*base, "cluster.autoscale.max=8", "cluster.autoscale.target=0.5"]))
+    with pytest.warns(ConfigWarning) as record:  # both keys are read only when autoscale.kind is set
+        unused = simulate(load_config([*base, "cluster.autoscale.max=8", "cluster.autoscale.target=0.5"]))
+    assert sorted(str(w.message).split(":")[0] for w in record) == ["cluster.autoscale.max", "cluster.autoscale.target"]
     assert summary_json(unused.summary) == summary_json(plain.summary) and unused.timeline is None
     assert "autoscale" not in plain.summary
     scaled = simulate(load_config([*base, "cluster.autoscale.kind=scheduled", "cluster.autoscale.max=6",

@@ -67,7 +67,8 @@ def test_prefix_aware_routing_with_prefix_caching_off_warns_once_and_runs():
 def test_the_summary_counts_preempted_requests_and_preemption_events_apart():
     overrides = ["workload=poisson_chat", "cluster.instances=1", "cluster.engine.total_kv_blocks=300",
                  "workload.num_requests=300", "workload.arrival.rate_rps=50", "cluster.engine.scheduler_reserve_full_isl=false"]
-    result = simulate(load_config(overrides))
+    with pytest.warns(ConfigWarning, match="cluster.engine.max_model_len: .* vLLM would refuse to start"):
+        result = simulate(load_config(overrides))  # 300 blocks: the explicit cache is far below the context length
     counts = result.summary["requests"]
     assert counts["preemptions"] == int(result.requests["preemptions"].sum()) == int(result.instances["preemptions"].sum())
     assert counts["preempted"] == int((result.requests["preemptions"] > 0).sum())
@@ -93,7 +94,7 @@ def _mooncake(tmp_path, lengths: list[int]) -> str:
 
 def test_a_prompt_beyond_the_context_length_is_rejected_as_vllm_does(tmp_path):
     trace = _mooncake(tmp_path, [1000, 200_000, 2000])
-    cfg = load_config(["workload.kind=trace", "workload.format=mooncake", f"workload.path={trace}"])
+    cfg = load_config(["workload=mooncake_conversation", "workload.kind=trace", "workload.format=mooncake", f"workload.path={trace}"])
     with pytest.warns(ConfigWarning, match=r"cluster.engine.max_model_len: 1 of 3 requests .* \(131072 tokens\)"):
         result = simulate(cfg)
     status = result.requests.set_index("input_tokens")["status"]
@@ -104,7 +105,7 @@ def test_a_prompt_beyond_the_context_length_is_rejected_as_vllm_does(tmp_path):
 
 def test_max_model_len_is_the_limit_and_may_not_exceed_the_models_context(tmp_path):
     trace = _mooncake(tmp_path, [1000, 3000])
-    cfg = load_config(["workload.kind=trace", "workload.format=mooncake", f"workload.path={trace}",
+    cfg = load_config(["workload=mooncake_conversation", "workload.kind=trace", "workload.format=mooncake", f"workload.path={trace}",
                        "cluster.engine.max_model_len=2048"])
     with pytest.warns(ConfigWarning):
         assert simulate(cfg).summary["requests"]["too_long"] == 1
@@ -136,3 +137,75 @@ def test_a_kv_cache_smaller_than_one_sequence_warns_and_dropped_requests_are_exp
     assert any("vLLM would refuse to start" in m for m in messages)
     dropped = result.summary["requests"]["dropped"]
     assert dropped > 0 and any(f"{dropped} of 40 requests were dropped" in m for m in messages)
+
+
+# --- issue 23: what vLLM refuses at start-up, advice that helps, keys no kind reads ----------------------
+
+
+def test_max_model_len_beyond_the_kv_cache_vllm_sizes_is_refused_on_whole_gpus_as_on_slices():
+    """vLLM's check_enough_kv_cache_memory refuses to start when one max_model_len sequence does not fit the
+    cache it sizes from memory: Llama-3.1-8B on an RTX 4090 leaves 41,216 tokens for a 131,072-token context."""
+    message = _config_error(["cluster.hardware=RTX4090"])
+    assert message.startswith("config error: cluster.engine.max_model_len: 131072 tokens (max_model_len, llama-3.1-8b's")
+    assert "vLLM refuses to start" in message and "set max_model_len to at most 41216" in message
+    assert "raise gpu_memory_utilization" not in message  # even 1.0 leaves too little
+    slice_message = _config_error(["cluster.mig.profile=1g.20gb"])  # the same rule on a MIG slice
+    assert "cluster.mig.profile" in slice_message and "cluster.engine.max_model_len" in slice_message
+    assert simulate(load_config([*TINY, "cluster.hardware=RTX4090", "cluster.engine.max_model_len=8192"])).summary
+
+
+def test_a_pools_unknown_hardware_names_the_pools_key():
+    message = _config_error(["cluster.pools=[{name: a, count: 1, hardware: TPU9}]"])
+    assert message.startswith("config error: cluster.pools[0].hardware: unknown hardware 'TPU9'")
+    assert _config_error(["cluster.hardware=TPU9", "cluster.pools=[{name: a, count: 1}]"]).startswith(
+        "config error: cluster.hardware: unknown hardware 'TPU9'")
+
+
+@pytest.mark.parametrize(
+    "overrides, wanted, unwanted",
+    [
+        (["cluster.model=llama-3.1-70b"], ["raise tensor_parallel_size to 4"], ["gpu_memory_utilization to", "more memory"]),
+        (["cluster.model=llama-3.1-70b", "cluster.gpus_per_node=2", "cluster.engine.tensor_parallel_size=2",
+          "cluster.engine.gpu_memory_utilization=0.84", "cluster.engine.max_model_len=8192"],
+         ["raise gpu_memory_utilization to 0.89", "H200"], ["tensor_parallel_size to"]),
+        (["cluster.model=llama-3.1-70b", "cluster.gpus_per_node=2", "cluster.engine.tensor_parallel_size=2",
+          "cluster.engine.gpu_memory_utilization=0.99", "cluster.engine.activation_reserve_fraction=0.2"],
+         ["choose a GPU with more memory (H200"], ["gpu_memory_utilization to", "tensor_parallel_size to"]),
+    ],
+)
+def test_out_of_memory_advice_names_only_what_would_make_it_fit(overrides, wanted, unwanted):
+    message = _config_error(overrides)
+    assert "does not fit on H100" in message, message
+    for text in wanted:
+        assert text in message, (text, message)
+    for text in unwanted:
+        assert text not in message, (text, message)
+
+
+@pytest.mark.parametrize(
+    "overrides, key, why",
+    [
+        (["cluster.latency.base_us=100"], "cluster.latency.base_us", "the roofline latency model"),
+        (["cluster.latency.kind=linear", "cluster.latency.base_us=100", "cluster.latency.per_prefill_token_us=1",
+          "cluster.latency.per_decode_token_us=1", "cluster.latency.compute_efficiency=0.5"],
+         "cluster.latency.compute_efficiency", "the linear latency model"),
+        (["cluster.autoscale.max=8"], "cluster.autoscale.max", "cluster.autoscale.kind is null (no autoscaling), which"),
+        (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=4", "cluster.autoscale.target=0.5"],
+         "cluster.autoscale.target", "the autoscaler 'queue_slo'"),
+        (["cluster.autoscale.kind=queue_slo", "cluster.autoscale.max=4", "cluster.autoscale.provision_s=10",
+          "cluster.autoscale.load_gbps=5"], "cluster.autoscale.load_gbps", "the autoscaler 'queue_slo'"),
+        (["+fitness.weights.slo_attainment=1"], "fitness.weights", "the fitness 'goodput'"),
+        (["fitness=weighted", "fitness.per=dollar"], "fitness.per", "the fitness 'weighted'"),
+        (["workload.mix={llm:0.9,vision:0.1}", "cluster.pools=[{name:llm,count:1},{name:vis,kind:runtime,"
+          "model:resnet-50,runtime:{curve:{kind:fixed,batch_ms:5,overhead_ms:1}}}]"],
+         "cluster.pools[1].runtime.curve.overhead_ms", "the fixed curve"),
+    ],
+)
+def test_a_key_the_chosen_kind_does_not_read_warns(overrides, key, why):
+    import re
+
+    from distsim.config.scenario import resolve
+
+    cfg = load_config([*TINY, *overrides])
+    with pytest.warns(ConfigWarning, match=re.escape(f"{key}: is set, but {why}")):
+        resolve(cfg)

@@ -327,7 +327,7 @@ def test_reuse_main_still_reports(capsys):
 def test_burstgpt_skipped_rows_reach_the_summary():
     cfg = load_config(
         [
-            "workload.kind=trace",
+            "workload=mooncake_conversation", "workload.kind=trace",
             "workload.format=burstgpt",
             f"workload.path={TRACES / 'burstgpt_format_sample.csv'}",
         ]

@@ -175,6 +175,22 @@ def test_a_bad_run_directory_is_one_line_before_hydra_makes_it(tmp_path, case):
     assert not (tmp_path / "ro" / "run").exists()
 
 
+@pytest.mark.parametrize("case", ["full_disk", "hydra_is_a_file"])
+def test_a_failed_write_of_hydras_own_record_is_one_line_naming_the_file(tmp_path, case):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    if case == "full_disk":  # writing .hydra/config.yaml runs out of space, as on a full disk
+        (run_dir / ".hydra").mkdir()
+        (run_dir / ".hydra" / "config.yaml").symlink_to("/dev/full")
+        needles = (str(run_dir / ".hydra" / "config.yaml"), "No space left on device")
+    else:
+        (run_dir / ".hydra").write_text("not a directory")
+        needles = (str(run_dir / ".hydra"),)
+    proc = run_module("distsim", *SMALL, f"hydra.run.dir={run_dir}")
+    line = assert_user_error(proc, 2, *needles)
+    assert proc.stderr.strip() == line and not (run_dir / "summary.json").exists()
+
+
 def test_a_bad_search_directory_is_one_line(tmp_path):
     blocker = tmp_path / "taken"
     blocker.write_text("x")

@@ -154,6 +154,15 @@ def test_int8_compressed_tensors_refused():
         )
 
 
+def test_the_readme_says_what_the_reader_accepts_fp8_included():
+    """The README's list of refused quantisations names FP8 among the accepted ones, as the reader is."""
+    fp8 = model_from_hf_config(_fp8({"quant_method": "fp8"}), "m", "x.json")
+    assert fp8.fp8_matmuls  # accepted, not refused
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8").split())
+    refusal = readme[readme.index("sizes have sane upper bounds"):].split("each mistake is one line")[0]
+    assert "FP8" in refusal and refusal.index("FP8") < refusal.index("are refused"), refusal
+
+
 @pytest.mark.skipif(not SCOUT.is_dir(), reason="shared run data absent")
 def test_llama4_scout_fp8():
     m = load_model(str(SCOUT))

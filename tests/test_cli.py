@@ -110,3 +110,46 @@ def test_cli_bad_input_exits_nonzero_without_traceback(override, tmp_path):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip(), "an error message is printed"
+
+
+# --- type errors and unknown keys: one line naming the key, exit 2 (issue 23) -----------------------
+
+TYPE_ERRORS = [
+    ("cluster.engine.prefill_batch_window_ms=abc", "cluster.engine.prefill_batch_window_ms", "must be a number"),
+    ("sim.progress=maybe", "sim.progress", "must be true or false, or null"),
+    ("cluster.instances=1.5", "cluster.instances", "must be an integer (got 1.5)"),
+    ("workload.arrival.rates_rps=[a,b]", "workload.arrival.rates_rps[0]", "must be a number"),
+    ("cluster.model=[1]", "cluster.model", "must be a string"),
+    ("seed=null", "seed", "may not be null"),
+]
+UNKNOWN = [
+    ("cluster.nokey=1", "cluster.nokey", "unknown key; known: model, hardware, instances"),
+    ("policy=nope", "policy", "no config 'nope' in group policy; known: cost_escalation"),
+]
+
+
+@pytest.mark.parametrize("override, key, rule", TYPE_ERRORS + UNKNOWN)
+def test_a_type_error_or_unknown_key_is_one_line_naming_the_key_and_the_rule(override, key, rule, tmp_path):
+    from clikit import assert_user_error
+
+    from distsim.errors import ConfigError
+
+    proc = cli(override, f"hydra.run.dir={tmp_path}")
+    line = assert_user_error(proc, 2, f"config error: {key}: ", rule)
+    assert proc.stderr.strip() == line, proc.stderr  # one line, nothing of Hydra's around it
+    with pytest.raises(ConfigError) as err:  # the Python API says the same
+        load_config([override])
+    assert err.value.key == key and f"distsim: {err.value}" == line
+
+
+def test_a_type_error_in_a_sweep_or_a_search_is_the_same_one_line(tmp_path):
+    from clikit import assert_user_error, run_module
+
+    runner = ["runner.num_workers=1", "runner.progress=false"]
+    proc = cli("-m", "seed=0,1", "sim.progress=maybe", *runner, f"hydra.sweep.dir={tmp_path / 'a'}")
+    assert_user_error(proc, 2, "config error: sim.progress: must be true or false")
+    proc = cli("-m", "cluster.instances=2,x", *runner, f"hydra.sweep.dir={tmp_path / 'b'}")
+    assert_user_error(proc, 2, "config error: cluster.instances: must be an integer (got 'x')")
+    assert "Ray workers" not in proc.stderr
+    proc = run_module("distsim.search", "search.population=many", f"hydra.run.dir={tmp_path / 'c'}")
+    assert_user_error(proc, 2, "config error: search.population: must be an integer (got 'many')")

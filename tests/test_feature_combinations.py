@@ -13,7 +13,8 @@ from distsim.simulate import summary_json
 HEDGE = ["policy.hedge.delay_ms=5", "policy.hedge.max_copies=3", "policy.hedge.target=random"]
 WINDOW = ["sim.warmup_s=2", "sim.measure_s=5", "sim.drain_s=5"]
 BATCH = ["cluster.engine.prefill_batch_window_ms=10", "cluster.engine.prefill_batch_min=3"]
-CPU = ["cluster.engine.cpu_kv_blocks=2000", "cluster.engine.total_kv_blocks=600"]
+# 600 blocks hold 9,600 tokens: a max_model_len below that (prefix_heavy stays under 7,200) keeps vLLM's start-up check
+CPU = ["cluster.engine.cpu_kv_blocks=2000", "cluster.engine.total_kv_blocks=600", "cluster.engine.max_model_len=8192"]
 RUNTIME_SCALED = [
     "cluster=mixed_fleet", "workload=mixed_70_20_10", "cluster.pools.1.autoscale.kind=queue_slo",
     "cluster.pools.1.autoscale.max=3", "cluster.pools.1.autoscale.interval_s=1", "cluster.pools.1.autoscale.provision_s=1",

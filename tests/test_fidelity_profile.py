@@ -71,7 +71,7 @@ def test_explicit_coefficients_win_over_the_profile():
 
 def test_profile_through_the_composed_config():
     cfg = load_config(
-        ["cluster.hardware=RTX4090", "cluster.instances=1", f"cluster.latency.profile={SHIPPED}"]
+        ["cluster.hardware=RTX4090", "cluster.instances=1", f"cluster.latency.profile={SHIPPED}", "cluster.engine.max_model_len=8192"]
     )
     (pool,) = resolve_pools(cfg.cluster)
     p = load_profile(SHIPPED)

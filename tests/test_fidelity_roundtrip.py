@@ -22,8 +22,8 @@ from distsim.validate import main as validate_main
 from distsim.validate import validate
 
 TRUTH = {"base_us": 2000.0, "per_prefill_token_us": 1.5, "per_decode_token_us": 200.0}
-ENGINE = EngineSettings(
-    max_num_seqs=16, max_num_batched_tokens=512, total_kv_blocks=5000, enable_prefix_caching=False
+ENGINE = EngineSettings(  # max_model_len as a vLLM run records it: 5000 blocks hold 80,000 tokens, not a 131,072 context
+    max_num_seqs=16, max_num_batched_tokens=512, total_kv_blocks=5000, enable_prefix_caching=False, max_model_len=8192
 )
 
 

@@ -187,7 +187,7 @@ def test_items_per_second_counts_images():
     assert np.isfinite(result.summary["types"]["asr"]["latency_ms"]["p99"])
 
 
-TRACE = ["workload.kind=trace", "workload.format=csv", "workload.path=tests/fixtures/traces/typed.csv",
+TRACE = ["workload=mooncake_conversation", "workload.kind=trace", "workload.format=csv", "workload.path=tests/fixtures/traces/typed.csv",
          "workload.num_requests=null"]
 
 
@@ -212,7 +212,7 @@ def test_a_broken_typed_row_names_the_file_and_line(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("arrival_s,input_tokens,output_tokens,type,items,size\n0,1,1,vision,0,224\n")
     with pytest.raises(InputFileError) as err:
-        simulate(load_config([*TRACE[:2], f"workload.path={bad}", "workload.num_requests=null", FLEET]))
+        simulate(load_config([*TRACE[:3], f"workload.path={bad}", "workload.num_requests=null", FLEET]))
     assert err.value.line == 2
 
 
@@ -229,6 +229,6 @@ def test_a_parquet_trace_carries_the_same_type_columns(tmp_path):
     path = tmp_path / "typed.parquet"
     frame.to_parquet(path, index=False)
     from_csv = simulate(load_config([*TRACE, FLEET])).requests
-    from_parquet = simulate(load_config(["workload.kind=trace", "workload.format=parquet", f"workload.path={path}",
+    from_parquet = simulate(load_config(["workload=mooncake_conversation", "workload.kind=trace", "workload.format=parquet", f"workload.path={path}",
                                          "workload.num_requests=null", FLEET])).requests
     assert from_parquet[["type", "items", "size"]].equals(from_csv[["type", "items", "size"]])

@@ -191,3 +191,31 @@ def test_expert_parallel_on_a_dense_model_warns():
     cfg = load_config(["cluster.engine.enable_expert_parallel=true"])
     with pytest.warns(ConfigWarning, match="enable_expert_parallel"):
         resolve_pools(cfg.cluster)
+
+
+def test_expert_parallel_with_one_engine_is_tensor_parallelism_and_says_so():
+    """Mixtral-8x7B at TP4 and DP1 with enable_expert_parallel: vLLM puts two whole experts on each of the
+    four GPUs instead of a quarter of every expert, and keeps the all-reduce (its all-to-all kernels need
+    data_parallel_size > 1). Each GPU then holds a quarter of the expert bytes either way and, with uniform
+    routing, reads and computes the same expected share, so the step times and the KV cache are plain TP4's;
+    a warning says the flag changes nothing. At DP2 the all-to-alls and the halved expert share appear."""
+    from distsim import load_config
+    from distsim.cluster.pools import resolve_pools
+    from distsim.errors import ConfigWarning
+
+    base = ["cluster.model=mixtral-8x7b", "cluster.instances=1", "cluster.engine.tensor_parallel_size=4"]
+    (plain,) = resolve_pools(load_config(base).cluster)
+    with pytest.warns(ConfigWarning, match="enable_expert_parallel: with data_parallel_size 1 the flag changes nothing"):
+        (ep,) = resolve_pools(load_config([*base, "cluster.engine.enable_expert_parallel=true"]).cluster)
+    m = plain.model
+    assert m.routed_expert_bytes_per_gpu(4) == pytest.approx(2 * m.routed_expert_bytes_per_gpu(1) / m.num_experts)  # 2 of 8
+    assert ep.engine.total_kv_blocks == plain.engine.total_kv_blocks
+    for shape in (StepShape(0, 0, 0, 32, 32 * 900), StepShape(2048, 2048 * 1024, 2048, 8, 8 * 500, 1)):
+        assert ep.latency.step_us(shape) == plain.latency.step_us(shape)
+        assert ep.latency.breakdown(shape) == plain.latency.breakdown(shape)
+    dp2 = [*base, "cluster.engine.tensor_parallel_size=2", "cluster.engine.data_parallel_size=2"]
+    (two,) = resolve_pools(load_config([*dp2, "cluster.engine.enable_expert_parallel=true"]).cluster)
+    (two_plain,) = resolve_pools(load_config(dp2).cluster)
+    shape = StepShape(0, 0, 0, 32, 32 * 900)
+    assert two.latency.breakdown(shape)["all_reduce_us"] > two_plain.latency.breakdown(shape)["all_reduce_us"]
+    assert two.engine.total_kv_blocks > two_plain.engine.total_kv_blocks

@@ -178,3 +178,76 @@ def test_seed_and_block_size_are_checked():
         build_workload({}, seed=-1)
     with pytest.raises(ConfigError):
         build_workload({}, seed=0, block_size=0)
+
+
+# --- keys the chosen distribution, process or kind does not read warn (issue 23) -----------------------
+
+UNREAD = [
+    (["workload.input_tokens.value=-100"], "workload.input_tokens.value", "dist 'lognormal'"),  # the default's
+    (["workload.input_tokens.value=nan"], "workload.input_tokens.value", "dist 'lognormal'"),
+    (["workload=fixed", "workload.output_tokens.mu=3"], "workload.output_tokens.mu", "dist 'fixed'"),
+    (["workload.output_tokens.dist=uniform", "workload.output_tokens.low=1", "workload.output_tokens.high=9",
+      "workload.output_tokens.sigma=null"], "workload.output_tokens.mu", "dist 'uniform'"),
+    (["workload.output_tokens.dist=exponential", "workload.output_tokens.mean=9", "workload.output_tokens.mu=null",
+      "workload.output_tokens.sigma=null", "workload.output_tokens.std=2"], "workload.output_tokens.std", "dist 'exponential'"),
+    (["workload.input_tokens.dist=normal", "workload.input_tokens.mean=500", "workload.input_tokens.std=50",
+      "workload.input_tokens.mu=null", "workload.input_tokens.sigma=null", "workload.input_tokens.column=x"],
+     "workload.input_tokens.column", "dist 'normal'"),
+    (["workload=sessions", "workload.sessions.turns.mean=3"], "workload.sessions.turns.mean", "dist 'uniform'"),
+    (["workload.sessions.max_context_tokens=4096"], "workload.sessions.max_context_tokens", "workload.sessions.enabled false"),
+    (["+workload.slo.classes=[{name: a, input_tokens: {dist: fixed, value: 9, sigma: 2}}]"],
+     "workload.slo.classes[0].input_tokens.sigma", "dist 'fixed'"),
+    (["workload.arrival.cv=2"], "workload.arrival.cv", "process 'poisson'"),
+    (["workload=mmpp_burst", "workload.arrival.rate_rps=5"], "workload.arrival.rate_rps", "process 'mmpp'"),
+    (["workload.arrival.process=constant", "workload.arrival.repeat=false"], "workload.arrival.repeat", "process 'constant'"),
+    (["workload.path=trace.csv"], "workload.path", "workload.kind 'synthetic'"),
+    (["workload.time_scale=0.5"], "workload.time_scale", "workload.kind 'synthetic'"),
+]
+
+
+@pytest.mark.parametrize("overrides, key, why", UNREAD)
+def test_a_key_the_chosen_distribution_process_or_kind_does_not_read_warns(overrides, key, why):
+    import re
+
+    from distsim import load_config
+    from distsim.errors import ConfigWarning
+
+    cfg = load_config(["workload.num_requests=10", *overrides])
+    with pytest.warns(ConfigWarning, match=re.escape(f"{key}: is set, but {why} does not use it")):
+        build_workload(cfg.workload, seed=0)
+
+
+def test_a_trace_names_the_synthetic_sections_it_does_not_read(tmp_path):
+    from distsim import load_config
+    from distsim.errors import ConfigWarning
+
+    p = write_jsonl(tmp_path, [GOOD, later()])
+    cfg = load_config(["workload.kind=trace", "workload.format=mooncake", f"workload.path={p}"])  # over the default
+    with pytest.warns(ConfigWarning) as record:
+        build_workload(cfg.workload, seed=0)
+    assert [str(w.message) for w in record] == [
+        "workload.kind: is 'trace', which replays the file's arrival times and lengths: workload.arrival, "
+        "workload.input_tokens, workload.output_tokens are set but not used"
+    ]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["workload=fixed", "workload.output_tokens.dist=lognormal", "workload.output_tokens.mu=3", "workload.output_tokens.sigma=0.8"],
+        ["workload.arrival.process=gamma", "workload.arrival.cv=2"],  # the rate stays: gamma reads it
+        ["workload.sessions.enabled=true", "workload.sessions.turns.dist=fixed", "workload.sessions.turns.value=3"],
+        ["workload=mooncake_conversation"],
+    ],
+)
+def test_shipped_workloads_and_documented_kind_switches_do_not_warn(overrides):
+    import warnings
+
+    from distsim import load_config
+    from distsim.errors import ConfigWarning
+
+    cfg = load_config(["workload.num_requests=10", *overrides])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        build_workload(cfg.workload, seed=0)

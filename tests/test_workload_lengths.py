@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from distsim.config.workload import WorkloadConfig
 from distsim.engine.rng import stream
 from distsim.workload import build_workload
 from distsim.workload.lengths import Sampler
@@ -17,7 +18,8 @@ VIDUR = "tests/fixtures/traces/vidur_arxiv_head300.csv"
 
 
 def sampler(**kw) -> Sampler:
-    return Sampler(as_config({"input_tokens": kw}).input_tokens, "workload.input_tokens")
+    default = WorkloadConfig().input_tokens  # the schema's: its value 512 stays beside another dist's keys, unread
+    return Sampler(as_config({"input_tokens": kw}).input_tokens, "workload.input_tokens", default=default)
 
 
 def draw(n=100_000, seed=5, **kw) -> np.ndarray:

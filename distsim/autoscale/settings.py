@@ -34,10 +34,19 @@ def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_by
     """The pool's autoscaling, or None when ``kind`` is null. ``count`` (at ``count_key``) is the initial
     replica count and must lie within [min, max]."""
     from distsim.autoscale.registry import SCALERS
+    from distsim.autoscale.schema import COMMON, AutoscaleConfig
 
-    if node is None or node.get("kind") is None:
+    if node is None:
+        return None
+    if node.get("kind") is None:  # what a pool that does not autoscale was given is not read
+        checks.warn_unread(node, key, ("kind",), f"{key}.kind is null (no autoscaling), which does not use it", AutoscaleConfig())
         return None
     cls = SCALERS.get(node.kind, f"{key}.kind")
+    reads = {name for name, _, _ in COMMON} | set(cls.Params.__dataclass_fields__)
+    if node.provision_s is not None:  # a given provisioning delay replaces the one from load_gbps and startup_s
+        reads -= {"load_gbps", "startup_s"}
+    checks.warn_unread(node, key, reads, f"the autoscaler {node.kind!r} does not use it"
+                       + (" (provision_s is given)" if node.provision_s is not None else ""), AutoscaleConfig())
     low = checks.integer(f"{key}.min", node.min, low=1)
     high = checks.integer(f"{key}.max", checks.required(f"{key}.max", node.max, "when autoscaling"), low=1)
     if high < low:

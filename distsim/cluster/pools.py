@@ -82,13 +82,14 @@ def _check_pool(raw: Any, key: str, names: set[str]) -> None:
         raise ConfigError(f"{key}.role", f"must be one of {', '.join(ROLES)} (got {raw['role']!r})")
 
 
-def _engine_params(engine: Any, model: Any, hardware: Any, engine_key: str) -> EngineParams:
+def _engine_params(engine: Any, model: Any, hardware: Any, engine_key: str, gpus_per_node: int | None) -> EngineParams:
     """The instance's engine settings, with the KV capacity derived when not given."""
     from distsim.catalog.capacity import derive_total_kv_blocks
 
     total_blocks = engine.total_kv_blocks
+    max_len = checks.max_model_len(engine, model, engine_key)
     if total_blocks is None:
-        total_blocks = derive_total_kv_blocks(model, hardware, engine, key_prefix=engine_key)
+        total_blocks = derive_total_kv_blocks(model, hardware, engine, engine_key, gpus_per_node, max_len)
     params = EngineParams(
         max_num_seqs=engine.max_num_seqs,
         max_num_batched_tokens=engine.max_num_batched_tokens,
@@ -98,12 +99,12 @@ def _engine_params(engine: Any, model: Any, hardware: Any, engine_key: str) -> E
         enable_prefix_caching=bool(engine.enable_prefix_caching),
         scheduler_reserve_full_isl=bool(engine.scheduler_reserve_full_isl),
         scheduler=engine.scheduler,
-        max_model_len=checks.max_model_len(engine, model, engine_key),
+        max_model_len=max_len,
         cpu_kv_blocks=int(engine.cpu_kv_blocks),
         prefill_batch_min=engine.prefill_batch_min,
         prefill_batch_window_us=round((engine.prefill_batch_window_ms or 0.0) * 1000),
     )
-    checks.warn_if_one_sequence_cannot_fit(params, engine_key)
+    checks.one_sequence_fits(params, engine_key, engine, model, hardware, gpus_per_node)
     return params
 
 
@@ -114,16 +115,18 @@ def _resolve_pool(cluster: Any, raw: Any, key: str, model: Any) -> PoolSpec:
     engine = _merged(cluster.engine, raw.get("engine"), engine_key)
     latency_cfg = _merged(cluster.latency, raw.get("latency"), "cluster.latency" if key == "cluster" else f"{key}.latency")
     checks.engine(engine, engine_key)
-    hardware = load_hardware(raw.get("hardware") or cluster.hardware)
+    hardware = load_hardware(raw.get("hardware") or cluster.hardware, f"{key}.hardware" if raw.get("hardware") else "cluster.hardware")
     tp, dp = engine.tensor_parallel_size, engine.data_parallel_size
     checks.tp_within_node(tp, hardware, cluster.gpus_per_node, engine_key, dp)
     mig = resolve_mig(raw.get("mig"), hardware, f"{key}.mig", tp, dp, engine_key)
     if mig is not None:  # the instance runs on the slice: the GPU scaled by the profile
-        max_len = checks.max_model_len(engine, model, engine_key)
+        # the weights and one max_model_len sequence must fit the cache vLLM sizes; an explicit total_kv_blocks
+        # (num_gpu_blocks_override) is checked against max_model_len as on whole GPUs (one_sequence_fits)
+        max_len = checks.max_model_len(engine, model, engine_key) if engine.total_kv_blocks is None else None
         hardware = check_fits(model, hardware, mig, engine, max_len, f"{key}.mig.profile", engine_key)
-    params = _engine_params(engine, model, hardware, engine_key)
+    params = _engine_params(engine, model, hardware, engine_key, cluster.gpus_per_node)
     ep = bool(engine.enable_expert_parallel)
-    checks.expert_parallel(ep, model, engine_key)
+    checks.expert_parallel(ep, model, engine_key, tp, dp)
     latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp, dp, ep))
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],

@@ -34,12 +34,14 @@ from distsim.config.validators import (  # noqa: F401
     choice,
     fraction,
     integer,
+    is_set,
     ms_to_us,
     non_negative,
     number,
     number_list,
     positive,
     required,
+    warn_unread,
 )
 from distsim.config.window import measure_window
 from distsim.errors import ConfigError, warn_config
@@ -111,9 +113,7 @@ def _policy_choice(node: Any, key: str, registry: Any) -> PolicyChoice:
     params = cls.Params.from_node(node)
     params.check(key)
     own = {"kind", "latency_ms", *cls.Params.__dataclass_fields__}
-    for name, value in node.items():
-        if name not in own and value not in (None, {}):
-            warn_config(f"{key}.{name}", f"is set, but the {registry.family} {node.kind!r} does not use it")
+    warn_unread(node, key, own, f"the {registry.family} {node.kind!r} does not use it")
     return PolicyChoice(node.kind, cls, params, ms_to_us(f"{key}.latency_ms", node.latency_ms))
 
 
@@ -214,6 +214,9 @@ def fitness(cfg: Any) -> FitnessSettings:
     from distsim.metrics.fitness import FITNESS, check_fitness
 
     FITNESS.get(cfg.kind)
+    own = {"goodput": ("kind", "per"), "weighted": ("kind", "weights", "refs")}
+    if cfg.kind in own:
+        warn_unread(cfg, "fitness", own[cfg.kind], f"the fitness {cfg.kind!r} does not use it", {"per": "gpu"})
     settings = FitnessSettings(str(cfg.kind), str(cfg.per), dict(cfg.weights or {}), dict(cfg.refs or {}))
     check_fitness(settings)
     return settings
@@ -347,22 +350,52 @@ def max_model_len(engine: Any, model: Any, engine_key: str) -> int | None:
     return limit
 
 
-def warn_if_one_sequence_cannot_fit(params: Any, engine_key: str) -> None:
-    """vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache; distsim runs
-    and drops the requests that can never fit, but says so."""
+def one_sequence_fits(params: Any, engine_key: str, engine: Any, model: Any, hardware: Any, gpus_per_node: int | None) -> None:
+    """vLLM refuses to start when one max_model_len sequence does not fit in the KV cache it sizes from
+    memory (its check_enough_kv_cache_memory): so does distsim, on whole GPUs and MIG slices alike,
+    advising only what would make it fit. An explicit total_kv_blocks is vLLM's num_gpu_blocks_override,
+    applied after that check: distsim then runs, drops the requests that can never fit, and says so."""
+    from distsim.catalog.capacity import advice, memory_remedies
+
     capacity = params.total_kv_blocks * params.block_size
-    if params.max_model_len is not None and params.max_model_len > capacity:
-        warn_config(
-            f"{engine_key}.max_model_len",
-            f"{params.max_model_len} tokens do not fit in the KV cache ({params.total_kv_blocks} blocks, "
-            f"{capacity} tokens): vLLM would refuse to start; requests longer than the cache are dropped",
-        )
+    if params.max_model_len is None or params.max_model_len <= capacity:
+        return
+    what = "max_model_len" if engine.max_model_len is not None else f"max_model_len, {model.name}'s context length"
+    head = f"{params.max_model_len} tokens ({what}) do not fit in the KV cache ({params.total_kv_blocks} blocks, {capacity} tokens)"
+    if engine.total_kv_blocks is not None:
+        warn_config(f"{engine_key}.max_model_len", f"{head}: vLLM would refuse to start; requests longer than the cache are dropped")
+        return
+    remedies = memory_remedies(model, hardware, engine, params.max_model_len, gpus_per_node)
+    raise ConfigError(
+        f"{engine_key}.max_model_len",
+        f"{head} that {hardware.name} leaves at gpu_memory_utilization={engine.gpu_memory_utilization:g}: vLLM refuses "
+        f"to start; {advice(remedies, f'set max_model_len to at most {capacity}')}",
+    )
 
 
-def expert_parallel(enabled: bool, model: Any, engine_key: str) -> None:
-    """vLLM accepts enable_expert_parallel for a dense model and ignores it; distsim does too, but says so."""
-    if enabled and not model.is_moe:
+def expert_parallel(enabled: bool, model: Any, engine_key: str, tp: int = 1, dp: int = 1) -> None:
+    """vLLM accepts enable_expert_parallel for a dense model and ignores it; distsim does too, but says so.
+    With one data-parallel engine vLLM places whole experts on the tensor-parallel ranks but keeps the
+    all-reduce (its all-to-all kernels need data_parallel_size > 1: FusedMoEParallelConfig.use_all2all_kernels):
+    each GPU holds, reads and computes the same expected share of the experts as under tensor parallelism
+    (routing taken as uniform), so the model gives the same step times and KV cache, and says so."""
+    if not enabled:
+        return
+    if not model.is_moe:
         warn_config(
             f"{engine_key}.enable_expert_parallel",
             f"{model.name} has no experts (not a mixture-of-experts model): the flag has no effect",
+        )
+    elif dp == 1:
+        where = (
+            "one GPU holds every expert"
+            if tp == 1
+            else f"vLLM places {model.name}'s experts whole on the {tp} tensor-parallel GPUs but keeps the all-reduce "
+            "(its all-to-all kernels need data_parallel_size > 1), so each GPU holds, reads and computes the same "
+            "share of the experts as with plain tensor parallelism"
+        )
+        warn_config(
+            f"{engine_key}.enable_expert_parallel",
+            f"with data_parallel_size 1 the flag changes nothing: {where}; set data_parallel_size > 1 for expert "
+            "parallelism across engines",
         )

@@ -6,9 +6,12 @@ them without an import circle; checks.py re-exports them, so ``checks.number`` k
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Collection
+from typing import Any
 
-from distsim.errors import ConfigError
+from distsim.errors import ConfigError, warn_config
 
 
 def required(key: str, value, why: str):
@@ -74,3 +77,35 @@ def choice(key: str, value, options) -> str:
 def ms_to_us(key: str, value) -> int:
     """A duration in milliseconds >= 0 as integer microseconds."""
     return int(round(non_negative(key, value) * 1000))
+
+
+def _plain(value: Any) -> Any:
+    """A config value as plain Python (mappings and lists of OmegaConf, dataclass defaults) for comparing."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "_metadata"):  # an OmegaConf DictConfig or ListConfig
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def warn_unread(node: Any, key: str, reads: Collection[str], why: str, defaults: Any = None) -> None:
+    """Warn about every key of ``node`` that is set although the chosen kind does not read it (only the
+    names in ``reads``): ``KEY.NAME: is set, but WHY``, e.g. why = "dist 'lognormal' does not use it".
+
+    Set means not null or empty and not the schema's default (``defaults``: the dataclass or mapping the
+    node was built from; None: every default is null). A default is no one's setting: the default
+    workload's lognormal lengths keep the schema's ``value: 512`` beside ``mu`` and ``sigma``, unread."""
+    for name, value in node.items():
+        default = None
+        if defaults is not None:
+            default = defaults.get(name) if isinstance(defaults, dict) else getattr(defaults, name, None)
+        if name not in reads and is_set(value, default):
+            warn_config(f"{key}.{name}", f"is set, but {why}")
+
+
+def is_set(value: Any, default: Any = None) -> bool:
+    """Whether a config value says something: not null or empty, and not its schema ``default``."""
+    value = _plain(value)
+    return value not in (None, {}, []) and value != _plain(default)

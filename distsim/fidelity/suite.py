@@ -34,12 +34,15 @@ from omegaconf import DictConfig, OmegaConf
 from distsim import inputs, outputs
 from distsim.catalog.models import load_model
 from distsim.config.compose import load_config
+from distsim.config.schema import EngineConfig
+from distsim.config.workload import WorkloadConfig
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
 from distsim.fidelity.suite_data import Suite, SuiteRun, read_suite
 from distsim.fidelity.suite_metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
 from distsim.runner.overrides import from_lines
 from distsim.simulate import simulate
+from distsim.workload.source import SYNTHETIC_ONLY
 
 HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean")
 DISTSIM = "distsim"
@@ -73,7 +76,16 @@ def run_settings(run: SuiteRun) -> dict[str, Any]:
         "workload.prefix.group_tokens": None,
         "workload.prefix.share": 0.0,
     }
+    schema = WorkloadConfig()
+    for name in SYNTHETIC_ONLY:  # the default workload's synthetic sections back to the schema's: a trace ignores them
+        values[f"workload.{name}"] = getattr(schema, name)
     values.update(run.engine.overrides())
+    blocks, context = run.engine.total_kv_blocks, load_model(run.model).max_position_embeddings
+    block_size = run.engine.block_size or EngineConfig.block_size
+    if blocks and run.engine.max_model_len is None and context > blocks * block_size:
+        # the run records its KV blocks but not its max_model_len: vLLM started, so one max_model_len sequence
+        # fit those blocks (Scout's 10M-token context does not fit 8,253 blocks); at most what they hold
+        values["cluster.engine.max_model_len"] = blocks * block_size
     return values
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf, flag_override
 
+from distsim.config.compose import composition_error
 from distsim.errors import UserError
 from distsim.runner.overrides import texts
 from distsim.runner.plan import Job, SweepPlan
@@ -38,21 +39,6 @@ def task_config(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def _one_line(err: BaseException) -> str:
-    """Hydra's multi-line message (e.g. a group's available options) on one line."""
-    lines = [
-        ln.strip() for ln in str(err).splitlines() if ln.strip() and not ln.startswith("Set the environment")
-    ]
-    if len(lines) > 2 and lines[1].startswith("Available options"):
-        options = []
-        for line in lines[2:]:
-            if ":" in line or "=" in line:  # the search path that Hydra lists after the options
-                break
-            options.append(line)
-        return f"{lines[0]} ({lines[1]} {', '.join(options)})"
-    return " ".join(lines[:3]) or type(err).__name__
-
-
 def compose_all(jobs: Sequence[Job], plan: SweepPlan, compose: Composer) -> dict[str, bytes]:
     blobs: dict[str, bytes] = {}
     for job in jobs:
@@ -63,7 +49,7 @@ def compose_all(jobs: Sequence[Job], plan: SweepPlan, compose: Composer) -> dict
             except UserError:
                 raise
             except Exception as err:  # Hydra's and OmegaConf's composition errors: the user's overrides
-                raise UserError(f"config error: {_one_line(err)}") from None
+                raise composition_error(err) from None
             cfg = task_config(cfg)
             if plan.check_configs:
                 _check_configuration(cfg, job)

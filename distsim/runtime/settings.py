@@ -13,6 +13,7 @@ from distsim.config import checks
 from distsim.errors import ConfigError
 from distsim.runtime.curves.base import CurveContext, ServiceCurve
 from distsim.runtime.curves.registry import CURVES
+from distsim.runtime.curves.registry import READS as CURVE_READS
 
 POOL_KINDS = ("vllm", "runtime")
 _VLLM_ONLY = ("engine", "latency")  # a runtime pool has no vLLM engine: these stay empty
@@ -61,7 +62,7 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
     if raw.get("role", "mixed") != "mixed":
         raise ConfigError(f"{key}.role", "a runtime pool has no P/D role (leave it mixed)")
     model = load_runtime_model(checks.required(f"{key}.model", raw.get("model"), "for a runtime pool"), f"{key}.model")
-    hardware = load_hardware(raw.get("hardware") or cluster.hardware, f"{key}.hardware")
+    hardware = load_hardware(raw.get("hardware") or cluster.hardware, f"{key}.hardware" if raw.get("hardware") else "cluster.hardware")
     rt = raw.runtime
     count = checks.integer(f"{key}.count", raw["count"], low=1)
     max_batch = checks.integer(f"{key}.runtime.max_batch_size", rt.max_batch_size, low=1)
@@ -77,6 +78,8 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
                           f"fit {where}'s memory ({hardware.memory_bytes / 1e9:.1f} GB)")
     curve_key = f"{key}.runtime.curve"
     curve = CURVES.get(rt.curve.kind, f"{curve_key}.kind")(rt.curve, CurveContext(model, hardware, max_batch, curve_key))
+    if rt.curve.kind in CURVE_READS:
+        checks.warn_unread(rt.curve, curve_key, ("kind", *CURVE_READS[rt.curve.kind]), f"the {rt.curve.kind} curve does not use it")
     serves = rt.serves or model.modality
     if serves == "llm":
         raise ConfigError(f"{key}.runtime.serves", "LLM requests go to vLLM pools; name a non-LLM type")

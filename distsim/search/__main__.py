@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError
+from distsim.hydra_entry import install as install_hydra_entry
 from distsim.run_dir import exit_if_unwritable
 
 register_schemas()
@@ -54,4 +55,5 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     exit_if_unwritable("distsim.search", CONF_DIR / "search.yaml")  # before Hydra creates it, with a traceback
+    install_hydra_entry("distsim.search")  # Hydra's compose and .hydra/ errors as one line, exit 2
     main()

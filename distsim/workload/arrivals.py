@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from distsim.config.workload import ArrivalConfig
 from distsim.errors import ConfigError
 from distsim.workload import checks
 from distsim.workload.arrival_processes import PROCESSES
@@ -231,6 +232,23 @@ def _schedule(cfg, key, rng):
     if max(rates) <= 0.0:
         raise ConfigError(f"{key}.rates_rps", "at least one segment needs a rate > 0")
     return Schedule(rng, rates, durations, bool(cfg.repeat))
+
+
+# the keys each built-in process reads besides ``process`` (the others must stay unset)
+READS = {
+    "poisson": ("rate_rps",),
+    "gamma": ("rate_rps", "cv"),
+    "constant": ("rate_rps",),
+    "mmpp": ("rates_rps", "dwell_s"),
+    "schedule": ("rates_rps", "durations_s", "repeat"),
+}
+
+
+def warn_unread_arrival(cfg, key: str) -> None:
+    """Warn about keys of ``workload.arrival`` that its process does not read (the schema's defaults aside)."""
+    if cfg.process in READS:
+        checks.warn_unread(cfg, key, ("process", *READS[cfg.process]), f"process {cfg.process!r} does not use it",
+                           ArrivalConfig())
 
 
 def build_arrivals(cfg, key: str, rng: np.random.Generator) -> ArrivalProcess:

@@ -4,9 +4,11 @@ from distsim.config.checks import (  # noqa: F401  (re-exported for the workload
     choice,
     fraction,
     integer,
+    is_set,
     non_negative,
     number,
     number_list,
     positive,
     required,
+    warn_unread,
 )

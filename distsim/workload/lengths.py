@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distsim import inputs
+from distsim.config.workload import DistConfig
 from distsim.errors import ConfigError, InputFileError
 from distsim.inputs import excerpt
 from distsim.workload import checks
@@ -170,11 +171,27 @@ def _empirical(cfg, key, integer, lo, hi):
     return Empirical(values)
 
 
-class Sampler:
-    """A distribution from config plus clamps. ``key`` is the dotted config path for messages."""
+# the keys each built-in distribution reads besides dist, min and max (the others must stay unset)
+READS = {
+    "fixed": ("value",),
+    "uniform": ("low", "high"),
+    "lognormal": ("mu", "sigma"),
+    "exponential": ("mean",),
+    "normal": ("mean", "std"),
+    "empirical": ("path", "column"),
+}
 
-    def __init__(self, cfg, key: str, *, integer: bool = True):
+
+class Sampler:
+    """A distribution from config plus clamps. ``key`` is the dotted config path for messages;
+    ``default`` the schema's DistConfig for that key (null: every field null but ``dist``), so that only
+    what a config sets and the distribution does not read warns."""
+
+    def __init__(self, cfg, key: str, *, integer: bool = True, default=None):
         build = DISTS.get(cfg.dist, f"{key}.dist")
+        if cfg.dist in READS:
+            checks.warn_unread(cfg, key, ("dist", "min", "max", *READS[cfg.dist]),
+                               f"dist {cfg.dist!r} does not use it", default or DistConfig())
         floor = 1.0 if integer else 0.0
         lo = floor if cfg.min is None else max(floor, checks.number(f"{key}.min", cfg.min))
         hi = math.inf if cfg.max is None else checks.number(f"{key}.max", cfg.max)

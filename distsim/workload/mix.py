@@ -76,7 +76,9 @@ def _request_type(name: str, raw: Any) -> RequestType:
         sub = getattr(err, "full_key", None) or "?"
         raise ConfigError(f"{key}.{sub}", str(err).splitlines()[0]) from None
     slo = None if cfg.slo_ms is None else checks.positive(f"{key}.slo_ms", cfg.slo_ms)
-    return RequestType(name, Sampler(cfg["items"], f"{key}.items"), Sampler(cfg.size, f"{key}.size", integer=False), slo)
+    base = BUILTIN_TYPES.get(name, RequestTypeConfig())
+    items = Sampler(cfg["items"], f"{key}.items", default=base.items)
+    return RequestType(name, items, Sampler(cfg.size, f"{key}.size", integer=False, default=base.size), slo)
 
 
 def type_slos(cfg: Any) -> dict[str, float | None]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from distsim.config.workload import SessionConfig
 from distsim.request import Request, new_request
 from distsim.workload import checks
 from distsim.workload.keys import UniqueKeys
@@ -46,8 +47,9 @@ class Sessions:
     """Session settings (``workload.sessions``), validated once; :meth:`merge` runs one stream."""
 
     def __init__(self, cfg, key: str):
-        self.turns = Sampler(cfg.turns, f"{key}.turns", integer=True)
-        self.think = Sampler(cfg.think_time_s, f"{key}.think_time_s", integer=False)
+        schema = SessionConfig()
+        self.turns = Sampler(cfg.turns, f"{key}.turns", integer=True, default=schema.turns)
+        self.think = Sampler(cfg.think_time_s, f"{key}.think_time_s", integer=False, default=schema.think_time_s)
         self.max_context = (
             None
             if cfg.max_context_tokens is None

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from distsim.config.workload import WorkloadConfig
-from distsim.errors import ConfigError
+from distsim.errors import ConfigError, warn_config
 from distsim.request import Request
 from distsim.workload import checks
 from distsim.workload.kinds import KINDS
@@ -65,6 +65,29 @@ def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> Workload
 
     mix = resolve_mix(cfg)  # request types (workload.mix); None: only LLM requests after all
     return source if mix is None else MixedSource(source, mix, seed)
+
+
+# what only one kind reads: a trace's file and its replay options; the synthetic generator's sections
+TRACE_ONLY = ("format", "path", "time_scale", "target_rate_rps", "start_s", "end_s", "max_rows", "jitter_s")
+SYNTHETIC_ONLY = ("arrival", "input_tokens", "output_tokens", "sessions")
+
+
+def warn_other_kinds_keys(cfg) -> None:
+    """Warn about keys only the other ``workload.kind`` reads, set although this kind ignores them: a trace
+    option under ``synthetic`` each, the synthetic sections a trace ignores in one line (the schema's
+    defaults aside, so a shipped trace workload stays silent)."""
+    schema = WorkloadConfig()
+    if cfg.kind == "synthetic":
+        reads = [name for name in cfg if name not in TRACE_ONLY]
+        checks.warn_unread(cfg, "workload", reads, "workload.kind 'synthetic' does not use it", schema)
+        return
+    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY if checks.is_set(cfg[name], getattr(schema, name))]
+    if unread:
+        verb = "are" if len(unread) > 1 else "is"
+        warn_config(
+            "workload.kind",
+            f"is {cfg.kind!r}, which replays the file's arrival times and lengths: {', '.join(unread)} {verb} set but not used",
+        )
 
 
 def limits(cfg, *, need_one: bool) -> tuple[int | None, int | None]:

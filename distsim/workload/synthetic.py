@@ -12,14 +12,16 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from distsim.config.workload import SessionConfig
 from distsim.engine.rng import stream
 from distsim.request import Request, new_request
-from distsim.workload.arrivals import build_arrivals
+from distsim.workload import checks
+from distsim.workload.arrivals import build_arrivals, warn_unread_arrival
 from distsim.workload.keys import UniqueKeys
 from distsim.workload.kinds import KINDS
 from distsim.workload.prefixes import PrefixGroups
 from distsim.workload.sessions import Sessions
-from distsim.workload.source import WorkloadSource, limits
+from distsim.workload.source import WorkloadSource, limits, warn_other_kinds_keys
 from distsim.workload.tenants import Tagger
 
 BLOCK = 4096
@@ -32,9 +34,14 @@ class SyntheticSource(WorkloadSource):
         self.block_size = block_size
         self.limit, self.duration_us = limits(cfg, need_one=True)
         build_arrivals(cfg.arrival, "workload.arrival", stream(seed, "workload/arrivals"))  # validates
+        warn_unread_arrival(cfg.arrival, "workload.arrival")
+        warn_other_kinds_keys(cfg)
         self.tagger = Tagger(cfg)
         self.prefixes = PrefixGroups(cfg.prefix, "workload.prefix", block_size)
         self.sessions = Sessions(cfg.sessions, "workload.sessions") if cfg.sessions.enabled else None
+        if self.sessions is None:
+            checks.warn_unread(cfg.sessions, "workload.sessions", ("enabled",),
+                               "workload.sessions.enabled false does not use it", SessionConfig())
         self.stats: dict = {}
 
     def describe(self) -> dict:

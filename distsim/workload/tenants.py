@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distsim.config.workload import WorkloadConfig
 from distsim.errors import ConfigError
 from distsim.workload import checks
 from distsim.workload.lengths import Sampler
@@ -95,8 +96,9 @@ class Tagger:
         self.input_samplers: list[Sampler] = []
         self.output_samplers: list[Sampler] = []
         if lengths:
-            self.input_samplers.append(Sampler(cfg.input_tokens, f"{key}.input_tokens"))
-            self.output_samplers.append(Sampler(cfg.output_tokens, f"{key}.output_tokens"))
+            schema = WorkloadConfig()
+            self.input_samplers.append(Sampler(cfg.input_tokens, f"{key}.input_tokens", default=schema.input_tokens))
+            self.output_samplers.append(Sampler(cfg.output_tokens, f"{key}.output_tokens", default=schema.output_tokens))
 
         def sampler(dist_cfg, k: str, pool: list[Sampler], fallback: int) -> int:
             if dist_cfg is None or not lengths:

@@ -98,7 +98,13 @@ LatencyFactory = Callable[[Any, LatencyContext], LatencyModel]
 def build_latency_model(cfg: Any, ctx: LatencyContext, key: str = "cluster.latency") -> LatencyModel:
     """Build the model named by ``cfg.kind`` (``cfg`` is the ``cluster.latency`` node), after applying
     the latency profile that ``cfg.profile`` names, if any (see :mod:`distsim.instance.latency.profile`)."""
-    from distsim.instance.latency.profile import apply_profile
+    from distsim.config.validators import warn_unread
+    from distsim.instance.latency.profile import COEFFICIENTS, apply_profile
 
     cfg = apply_profile(cfg, key)
-    return LATENCY_MODELS.get(cfg.kind, f"{key}.kind")(cfg, ctx)
+    factory = LATENCY_MODELS.get(cfg.kind, f"{key}.kind")
+    if cfg.kind in COEFFICIENTS:  # another kind's coefficients would be silently ignored
+        others = {name for kind, names in COEFFICIENTS.items() if kind != cfg.kind for name in names}
+        reads = [name for name in cfg if name not in others - set(COEFFICIENTS[cfg.kind])]
+        warn_unread(cfg, key, reads, f"the {cfg.kind} latency model does not use it")
+    return factory(cfg, ctx)

@@ -26,7 +26,7 @@ from distsim.workload.kinds import KINDS
 from distsim.workload.mix import type_slos
 from distsim.workload.paths import resolve_path
 from distsim.workload.prefixes import PrefixGroups
-from distsim.workload.source import WorkloadSource, limits
+from distsim.workload.source import WorkloadSource, limits, warn_other_kinds_keys
 from distsim.workload.tenants import Tagger
 from distsim.workload.traces.formats import READERS
 from distsim.workload.traces.rows import TraceRow
@@ -72,6 +72,7 @@ class TraceSource(WorkloadSource):
         self.jitter_us = (
             None if cfg.jitter_s is None else checks.non_negative("workload.jitter_s", cfg.jitter_s) * 1e6
         )
+        warn_other_kinds_keys(cfg)
         self.tagger = Tagger(cfg, lengths=False)
         self.prefixes = PrefixGroups(cfg.prefix, "workload.prefix", block_size)
         self.types_seen: set[str] = set()  # non-LLM types named by the trace's optional type column

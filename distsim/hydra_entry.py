@@ -1,0 +1,89 @@
+"""What distsim's Hydra entry points (``python -m distsim``, ``python -m distsim.search``) change in Hydra's
+own steps, so that a user's mistake there reads as one line with exit status 2, as it does everywhere else.
+
+Why: Hydra composes the config and writes ``.hydra/`` before distsim's code runs, and reports what goes
+wrong there its own way: several lines and exit 1 for a type error or an unknown key, a traceback for an
+OSError while writing ``.hydra/config.yaml`` (a full disk). :func:`install` wraps three of Hydra's
+functions, in this process only:
+
+- ``Hydra.compose_config`` raises :func:`distsim.config.compose.composition_error` (a ConfigError naming the
+  key and the rule, as ``load_config`` does) instead of Hydra's composition errors;
+- ``hydra.core.utils._save_config`` raises an :class:`~distsim.errors.OutputError` naming the file it could
+  not write;
+- ``run_and_report``, which reports whatever escapes Hydra's run, prints a UserError as
+  ``PROG: MESSAGE`` and exits 2 (anything else goes on to Hydra's own report).
+
+``HYDRA_FULL_ERROR=1`` keeps Hydra's own reports of composition errors, with their stack.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from distsim.errors import OutputError, UserError, os_reason
+
+
+def _full_error() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def _compose_reporting_the_key(original: Any) -> Any:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from distsim.config.compose import composition_error
+
+    def compose_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except (HydraException, OmegaConfBaseException) as err:
+            if _full_error():
+                raise
+            raise composition_error(err) from None
+
+    return compose_config
+
+
+def _save_naming_the_file(original: Any) -> Any:
+    def save_config(cfg: Any, filename: str, output_dir: Path) -> None:
+        try:
+            original(cfg, filename, output_dir)
+        except OSError as err:  # the directory could not be made, or the file written (a full disk)
+            folder = Path(output_dir).absolute()
+            if not folder.is_dir():
+                raise OutputError(str(folder), f"cannot be created ({os_reason(err)})") from None
+            raise OutputError(str(folder / filename), f"could not be written ({os_reason(err)})") from None
+
+    return save_config
+
+
+def _report_user_errors(original: Any, prog: str) -> Any:
+    def run_and_report(func: Any) -> Any:
+        def guarded() -> Any:
+            try:
+                return func()
+            except UserError as err:
+                print(f"{prog}: {err}", file=sys.stderr)
+                sys.exit(2)
+
+        return original(guarded)
+
+    return run_and_report
+
+
+def install(prog: str) -> None:
+    """Wrap Hydra's compose, record and report steps for the entry point ``prog`` (once per process)."""
+    import hydra._internal.utils as hydra_utils
+    import hydra.core.utils as core_utils
+    from hydra._internal.hydra import Hydra
+
+    if getattr(hydra_utils.run_and_report, "_distsim", False):
+        return
+    Hydra.compose_config = _compose_reporting_the_key(Hydra.compose_config)  # type: ignore[method-assign]
+    core_utils._save_config = _save_naming_the_file(core_utils._save_config)
+    report = _report_user_errors(hydra_utils.run_and_report, prog)
+    report._distsim = True  # type: ignore[attr-defined]
+    hydra_utils.run_and_report = report
