@@ -127,14 +127,20 @@ def _objective(d: Design, beta: np.ndarray, w: np.ndarray) -> float:
 
 
 def fit_basis(
-    tables: Sequence[StepTable], settings: LatencySettings, start: Roofline3Coefficients, iterations: int = 100
+    tables: Sequence[StepTable],
+    settings: LatencySettings,
+    start: Roofline3Coefficients,
+    iterations: int = 100,
+    fixed: Sequence[str] = (),
 ) -> BasisFit:
-    """Fit the :data:`LINEAR` coefficients to ``tables`` from ``start`` (see the module docstring)."""
+    """Fit the :data:`LINEAR` coefficients to ``tables`` from ``start`` (see the module docstring); those
+    named in ``fixed`` keep their start values."""
     d = design(tables, settings)
     w = group_weights(tables)
     beta = np.array([linear_of(start)[k] for k in LINEAR])
     start_beta = beta.copy()
     moved = [k for k in LINEAR if np.any(d.sides[:, :, :, COLUMN[k]]) or np.any(d.additive[:, COLUMN[k]])]
+    moved = [k for k in moved if k not in fixed]
     free = [COLUMN[k] for k in moved]
     lo = np.array([LINEAR_BOUNDS[k][0] for k in moved])
     hi = np.array([LINEAR_BOUNDS[k][1] for k in moved])
@@ -162,7 +168,7 @@ def fit_basis(
         start_objective=_objective(d, start_beta, w),
         iterations=done,
         tables=[t.name for t in tables],
-        unused=[k for k in LINEAR if k not in moved],
+        unused=[k for k in LINEAR if k not in moved and k not in fixed],
     )
 
 

@@ -1,0 +1,69 @@
+"""Run-level fit of the host and front-end terms with the GPU terms frozen (distsim.fidelity.runfit):
+its residuals, the load slope of two-rate runs, the start values, and a two-run fit end to end."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from distsim.fidelity import runfit
+from distsim.fidelity.multifit_pool import ReplayPool
+from distsim.fidelity.suite_data import read_suite
+
+RUNS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_vllm_runs"
+
+
+def table(rows):
+    t = pd.DataFrame(rows, columns=["run", "model", "stage", "metric", "measured", "simulated"])
+    t["error_pct"] = (t["simulated"] - t["measured"]) / t["measured"] * 100
+    return t
+
+
+def test_residuals_weigh_each_model_the_same_and_cap_missing_figures():
+    rows = []
+    for run, err in (("a", 0.1), ("b", 0.2), ("c", 0.3)):
+        for m in runfit.METRICS:
+            rows.append((run, "x" if run != "c" else "y", -1, m, 100.0, 100.0 * (1 + err)))
+    t = table(rows)
+    t.loc[(t.run == "c") & (t.metric == "itl_mean"), "error_pct"] = math.nan
+    w = {"a": 1 / math.sqrt(2), "b": 1 / math.sqrt(2), "c": 1.0}
+    r = runfit.residuals(t, ["a", "b", "c"], w)
+    assert r[:3] == pytest.approx([0.1 / math.sqrt(2)] * 3) and r[3:6] == pytest.approx([0.2 / math.sqrt(2)] * 3)
+    assert r[6:].tolist() == pytest.approx([0.3, 0.3, 2.0])
+
+
+@pytest.mark.skipif(not RUNS.is_dir(), reason=f"{RUNS} is absent")
+def test_load_slope_of_a_two_rate_run():
+    suite = read_suite(RUNS)  # run 60: general-lite at 2.5 then 6 req/s
+    rows = [("60", "m", 0, "itl_mean", 17.0, 18.0), ("60", "m", 1, "itl_mean", 18.75, 21.5),
+            ("60", "m", 0, "ttft_mean", 50.0, 50.0), ("60", "m", 1, "ttft_mean", 53.5, 50.0),
+            ("66", "m", 0, "itl_mean", 7.0, 7.0)]  # one rate: no slope
+    s = runfit.load_slopes(table(rows), suite).set_index("metric")
+    assert list(s["run"]) == ["60", "60"]
+    assert s.loc["itl_mean", "measured"] == pytest.approx(0.5) and s.loc["itl_mean", "simulated"] == pytest.approx(1.0)
+    assert s.loc["itl_mean", "error_pct"] == pytest.approx(100.0)
+    assert s.loc["ttft_mean", "simulated"] == pytest.approx(0.0) and s.loc["ttft_mean", "error_pct"] == pytest.approx(-100.0)
+
+
+def test_start_values_are_the_configured_or_the_model_defaults():
+    from distsim.instance.latency.roofline3 import DEFAULTS
+
+    got = runfit.start_values(["cluster.latency.kind=roofline3", "cluster.frontend.request_us=10"])
+    assert got["cluster.latency.step_overhead_us"] == DEFAULTS.step_overhead_us
+    assert got["cluster.frontend.request_us"] == 10.0
+
+
+@pytest.mark.skipif(not RUNS.is_dir(), reason=f"{RUNS} is absent")
+def test_fit_on_two_short_runs_lowers_the_objective():
+    suite = read_suite(RUNS)
+    over = ["cluster.latency.kind=roofline3", "workload.num_requests=150"]
+    with ReplayPool(over, workers=1) as pool:
+        runs = runfit.Runs(suite, pool, ["66", "67"])
+        start = {**runfit.start_values(over), "cluster.latency.step_overhead_us": 3000.0}
+        fit = runfit.fit(runs, start, iterations=1)
+    assert fit.best.objective <= fit.start.objective
+    assert np.isfinite(fit.jacobian).all() and fit.evaluations >= 1 + len(runfit.TERMS)
