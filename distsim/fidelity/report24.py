@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,15 +71,7 @@ def step_section(folder: Path) -> str:
         )
     by_class = report.lomo.steps.assign(a=report.lomo.steps["error_pct"].abs())
     cls = by_class.groupby("class")["a"].mean()
-    fit = report.basis_fit
-    coef = ["| coefficient | fitted | pinned by |", "|---|---:|---|"]
-    from distsim.fidelity.steps_nnls import values_of
-
-    for k, v in values_of(fit.coefficients).items():
-        coef.append(f"| `{k}` | {v:.4g} | {PINNED_BY.get(k, '')} |")
-    folds = ["| left out | " + " | ".join(values_of(fit.coefficients)) + " |", "|---|" + "---:|" * len(values_of(fit.coefficients))]
-    for group, f in report.lomo.fits.items():
-        folds.append(f"| {group} | " + " | ".join(f"{v:.4g}" for v in values_of(f.coefficients).values()) + " |")
+    coef, folds = _coefficient_tables(report)
     return "\n".join(
         [
             "Mean absolute error of one GPU's kernel time per step (max in brackets), against "
@@ -103,6 +96,20 @@ def step_section(folder: Path) -> str:
             *folds,
         ]
     )
+
+
+def _coefficient_tables(report: Any) -> tuple[list[str], list[str]]:
+    """The fitted coefficients with the data that pins each, and their values in every
+    leave-one-model-out fold, as markdown table lines."""
+    from distsim.fidelity.steps_nnls import values_of
+
+    fitted = values_of(report.basis_fit.coefficients)
+    coef = ["| coefficient | fitted | pinned by |", "|---|---:|---|"]
+    coef += [f"| `{k}` | {v:.4g} | {PINNED_BY.get(k, '')} |" for k, v in fitted.items()]
+    folds = ["| left out | " + " | ".join(fitted) + " |", "|---|" + "---:|" * len(fitted)]
+    for group, f in report.lomo.fits.items():
+        folds.append(f"| {group} | " + " | ".join(f"{v:.4g}" for v in values_of(f.coefficients).values()) + " |")
+    return coef, folds
 
 
 def host_section(folder: Path) -> str:
@@ -141,49 +148,20 @@ def run_section(root: Path, shipped_table: pd.DataFrame, shipped_lomo: dict | No
     data = json.loads((root / RUNFIT).read_text(encoding="utf-8"))
     fit, lomo = data["fit"], data.get("lomo", {})
     shipped = runfit.headline(shipped_table)
-    lines = [
-        "| run | model | TP | shipped: E2E / TTFT / ITL | roofline3 in sample | roofline3 leave-one-model-out |",
-        "|---|---|---:|---|---|---|",
-    ]
+    lines = ["| run | model | TP | shipped: E2E / TTFT / ITL | roofline3 in sample | roofline3 leave-one-model-out |",
+             "|---|---|---:|---|---|---|"]
     tps = shipped_table.drop_duplicates("run").set_index("run")
     for (run, model), row in shipped.iterrows():
         ins, out = fit["runs"].get(str(run), {}), lomo.get("runs", {}).get(str(run), {})
         cell = lambda d: " / ".join(_signed(d.get(m, float("nan"))) for m in runfit.METRICS)  # noqa: E731
         tp = tps.at[run, "tp"] if "tp" in tps.columns else ""
         lines.append(f"| {run} | {model.split('/')[-1]} | {tp} | {cell(dict(row))} | {cell(ins)} | {cell(out)} |")
-    med = shipped.abs().median()
-    summary = [
-        "| model, values | mean E2E | mean TTFT | mean ITL |",
-        "|---|---:|---:|---:|",
-        f"| shipped roofline, in sample | {_pct(med['e2e_mean'])} | {_pct(med['ttft_mean'])} | {_pct(med['itl_mean'])} |",
-    ]
-    if shipped_lomo:
-        summary.append(
-            f"| shipped roofline, leave-one-model-out (docs/data/h100_fit.json) | {_pct(shipped_lomo['e2e_mean'])} | "
-            f"{_pct(shipped_lomo['ttft_mean'])} | {_pct(shipped_lomo['itl_mean'])} |"
-        )
-    for label, d in (("roofline3, in sample", fit["medians"]), ("roofline3, leave-one-model-out", lomo.get("medians", {}))):
-        if d:
-            summary.append(f"| {label} | {_pct(d['e2e_mean'])} | {_pct(d['ttft_mean'])} | {_pct(d['itl_mean'])} |")
+    summary = _median_table(shipped.abs().median(), shipped_lomo, fit, lomo)
     values = ", ".join(f"`{k.split('.', 1)[1]}` {v:.4g}" for k, v in fit["values"].items())
     folds = ["| left out | " + " | ".join(k.rsplit(".", 1)[1] for k in fit["values"]) + " |", "|---|" + "---:|" * len(fit["values"])]
     for model, v in lomo.get("values", {}).items():
         folds.append(f"| {model.split('/')[-1]} | " + " | ".join(f"{x:.4g}" for x in v.values()) + " |")
-    slopes_new = pd.DataFrame(data.get("slopes", []))
-    from distsim.fidelity.suite_data import read_suite
-
-    slopes_old = runfit.load_slopes(shipped_table, read_suite(Path("..") / "shared" / "data" / "h100_vllm_runs"))
-    slope_lines = ["| run | model | rates (req/s) | figure | measured slope (ms per req/s) | shipped | roofline3 |",
-                   "|---|---|---|---|---:|---:|---:|"]
-    for r in slopes_old.itertuples():
-        new = slopes_new[(slopes_new["run"] == r.run) & (slopes_new["metric"] == r.metric)] if len(slopes_new) else []
-        n = new.iloc[0] if len(new) else None
-        new_cell = f"{n['simulated']:.3f} ({n['error_pct']:+.0f}%)" if n is not None else "n/a"
-        slope_lines.append(
-            f"| {r.run} | {str(r.model).split('/')[-1]} | {r.rate0:g} -> {r.rate1:g} | {r.metric.split('_')[0].upper()} | "
-            f"{r.measured:.3f} | {r.simulated:.3f} ({r.error_pct:+.0f}%) | {new_cell} |"
-        )
-    within = lambda s: int((s["error_pct"].abs() <= 20).sum()) if len(s) else 0  # noqa: E731
+    slope_lines, slope_note = _slope_table(shipped_table, pd.DataFrame(data.get("slopes", [])))
     text = "\n".join(
         [
             f"Host and front-end terms fitted on the runs with the GPU terms frozen at the step fit "
@@ -205,13 +183,49 @@ def run_section(root: Path, shipped_table: pd.DataFrame, shipped_lomo: dict | No
             "#### Load slope of the two-rate runs",
             "",
             "Slope of the stage's mean against its arrival rate, (stage 2 - stage 1) / (rate 2 - rate 1); in "
-            f"brackets the simulated slope's error. Within 20% of the real slope: shipped {within(slopes_old)} "
-            f"of {len(slopes_old)}, roofline3 {within(slopes_new)} of {len(slopes_new)}.",
+            f"brackets the simulated slope's error. {slope_note}",
             "",
             *slope_lines,
         ]
     )
     return text, fit["values"]
+
+
+def _median_table(shipped: pd.Series, shipped_lomo: dict | None, fit: dict, lomo: dict) -> list[str]:
+    """Median absolute run error of the shipped model and of roofline3, in sample and held out, as
+    markdown table lines."""
+    rows = [("shipped roofline, in sample", shipped)]
+    if shipped_lomo:
+        rows.append(("shipped roofline, leave-one-model-out (docs/data/h100_fit.json)", shipped_lomo))
+    rows += [("roofline3, in sample", fit["medians"]), ("roofline3, leave-one-model-out", lomo.get("medians", {}))]
+    lines = ["| model, values | mean E2E | mean TTFT | mean ITL |", "|---|---:|---:|---:|"]
+    for label, d in rows:
+        if len(d):
+            lines.append(f"| {label} | {_pct(d['e2e_mean'])} | {_pct(d['ttft_mean'])} | {_pct(d['itl_mean'])} |")
+    return lines
+
+
+def _slope_table(shipped_table: pd.DataFrame, slopes_new: pd.DataFrame) -> tuple[list[str], str]:
+    """The load slope of every two-rate run, measured against the shipped model's and roofline3's, as
+    markdown table lines, and how many of each are within 20% of the real slope."""
+    from distsim.fidelity import runfit
+    from distsim.fidelity.suite_data import read_suite
+
+    slopes_old = runfit.load_slopes(shipped_table, read_suite(Path("..") / "shared" / "data" / "h100_vllm_runs"))
+    lines = ["| run | model | rates (req/s) | figure | measured slope (ms per req/s) | shipped | roofline3 |",
+             "|---|---|---|---|---:|---:|---:|"]
+    for r in slopes_old.itertuples():
+        new = slopes_new[(slopes_new["run"] == r.run) & (slopes_new["metric"] == r.metric)] if len(slopes_new) else []
+        n = new.iloc[0] if len(new) else None
+        new_cell = f"{n['simulated']:.3f} ({n['error_pct']:+.0f}%)" if n is not None else "n/a"
+        lines.append(
+            f"| {r.run} | {str(r.model).split('/')[-1]} | {r.rate0:g} -> {r.rate1:g} | {r.metric.split('_')[0].upper()} | "
+            f"{r.measured:.3f} | {r.simulated:.3f} ({r.error_pct:+.0f}%) | {new_cell} |"
+        )
+    within = lambda s: int((s["error_pct"].abs() <= 20).sum()) if len(s) else 0  # noqa: E731
+    note = (f"Within 20% of the real slope: shipped {within(slopes_old)} of {len(slopes_old)}, "
+            f"roofline3 {within(slopes_new)} of {len(slopes_new)}.")
+    return lines, note
 
 
 def rtx_section(values: dict[str, float]) -> str:

@@ -358,6 +358,30 @@ class Roofline3Latency(RooflineLatency):
         return t["kernel_us"] + t["all_reduce_us"]
 
 
+def _dense_weights(m: Any, tp: int) -> tuple[float, float, float, float]:
+    """Params and bytes per GPU of every dense weight but the lm_head and the embedding, split by
+    precision: (bf16 params, bf16 bytes, FP8 params, FP8 bytes)."""
+    n, n_moe = m.num_layers, m.num_moe_layers
+    n_dense = n - n_moe
+    kv_share = m.kv_heads_per_gpu(tp) / m.num_kv_heads
+    groups = (  # (params per GPU, bytes per param)
+        (n * m.attn_sharded_params / tp, _width(m, m.attn_weight_bytes)),
+        (n * m.kv_proj_params * kv_share, _width(m, m.kv_proj_weight_bytes)),
+        (n * m.layer_replicated_params, _width(m, m.layer_replicated_weight_bytes)),
+        (n_dense * m.dense_mlp_params / tp, _width(m, m.dense_mlp_weight_bytes)),
+        (n_moe * m.shared_expert_params / tp, _width(m, m.shared_expert_weight_bytes)),
+        (n_moe * m.router_params, _width(m, m.router_weight_bytes)),
+        (m.final_norm_params, float(m.dtype_bytes)),
+    )
+    w16 = b16 = w8 = b8 = 0.0
+    for params, width in groups:
+        if m.fp8_matmuls and width < 1.5:
+            w8, b8 = w8 + params, b8 + params * width
+        else:
+            w16, b16 = w16 + params, b16 + params * width
+    return w16, b16, w8, b8
+
+
 def _units(ctx: LatencyContext) -> dict[str, Any]:
     """Per-unit costs (us at coefficient 1) of one GPU of the model: what :class:`Roofline3Latency`
     multiplies by its coefficients, and what the fit's design matrix is made of."""
@@ -369,22 +393,7 @@ def _units(ctx: LatencyContext) -> dict[str, Any]:
     fp8 = m.fp8_matmuls
     n, n_moe = m.num_layers, m.num_moe_layers
     n_dense = n - n_moe
-    kv_share = m.kv_heads_per_gpu(tp) / m.num_kv_heads
-    groups = (  # (params per GPU, bytes per param) of every dense weight but the lm_head and embedding
-        (n * m.attn_sharded_params / tp, _width(m, m.attn_weight_bytes)),
-        (n * m.kv_proj_params * kv_share, _width(m, m.kv_proj_weight_bytes)),
-        (n * m.layer_replicated_params, _width(m, m.layer_replicated_weight_bytes)),
-        (n_dense * m.dense_mlp_params / tp, _width(m, m.dense_mlp_weight_bytes)),
-        (n_moe * m.shared_expert_params / tp, _width(m, m.shared_expert_weight_bytes)),
-        (n_moe * m.router_params, _width(m, m.router_weight_bytes)),
-        (m.final_norm_params, float(m.dtype_bytes)),
-    )
-    w16 = b16 = w8 = b8 = 0.0
-    for params, width in groups:
-        if fp8 and width < 1.5:
-            w8, b8 = w8 + params, b8 + params * width
-        else:
-            w16, b16 = w16 + params, b16 + params * width
+    w16, b16, w8, b8 = _dense_weights(m, tp)
     lm_params = (m.lm_head_params or m.embed_params) / tp
     lm_width = _width(m, m.lm_head_weight_bytes)
     lm_peak = fp8_peak if fp8 and lm_width < 1.5 else peak16
@@ -412,23 +421,30 @@ def _units(ctx: LatencyContext) -> dict[str, Any]:
         out["expert_row"] = 2 * n_moe * m.experts_per_token * e_params / e_peak * us
         out["expert_touch_compute"] = 2 * n_moe * e_params / e_peak * us / ep_dp
         out["expert_touch_bytes"] = n_moe * e_params * m.expert_weight_bytes / bw * us / ep_dp
-    # FP8: each quantised matmul input is quantised per token (elements per token, kernels per step)
-    q_elems = q_calls = 0.0
-    if fp8:
-        q_dim = m.num_attention_heads * m.head_dim / tp
-        if _width(m, m.attn_weight_bytes) < 1.5:
-            q_elems, q_calls = q_elems + n * (m.hidden_size + q_dim), q_calls + 2 * n
-        if n_dense and _width(m, m.dense_mlp_weight_bytes) < 1.5:
-            q_elems, q_calls = q_elems + n_dense * (m.hidden_size + m.intermediate_size / tp), q_calls + 2 * n_dense
-        if n_moe and m.shared_expert_params and _width(m, m.shared_expert_weight_bytes) < 1.5:
-            shared_i = m.shared_expert_params / (3 * m.hidden_size)
-            q_elems, q_calls = q_elems + n_moe * (m.hidden_size + shared_i / tp), q_calls + 2 * n_moe
-        if n_moe and m.expert_weight_bytes < 1.5:
-            k_i = m.experts_per_token * m.moe_intermediate_size / tp
-            q_elems, q_calls = q_elems + n_moe * (m.hidden_size + k_i), q_calls + 2 * n_moe
+    q_elems, q_calls = _fp8_quantised_inputs(m, tp) if fp8 else (0.0, 0.0)
     out["quant_tok"] = q_elems * FP8_QUANT_BYTES_PER_ELEMENT / bw * us
     out["quant_fixed"] = q_calls * FP8_QUANT_CALL_US
     return out
+
+
+def _fp8_quantised_inputs(m: Any, tp: int) -> tuple[float, float]:
+    """FP8 W8A8: each quantised matmul's input is quantised per token; returns (elements per token,
+    quantisation kernels per step) over the layers whose weights are FP8."""
+    n, n_moe = m.num_layers, m.num_moe_layers
+    n_dense = n - n_moe
+    q_elems = q_calls = 0.0
+    q_dim = m.num_attention_heads * m.head_dim / tp
+    if _width(m, m.attn_weight_bytes) < 1.5:
+        q_elems, q_calls = q_elems + n * (m.hidden_size + q_dim), q_calls + 2 * n
+    if n_dense and _width(m, m.dense_mlp_weight_bytes) < 1.5:
+        q_elems, q_calls = q_elems + n_dense * (m.hidden_size + m.intermediate_size / tp), q_calls + 2 * n_dense
+    if n_moe and m.shared_expert_params and _width(m, m.shared_expert_weight_bytes) < 1.5:
+        shared_i = m.shared_expert_params / (3 * m.hidden_size)
+        q_elems, q_calls = q_elems + n_moe * (m.hidden_size + shared_i / tp), q_calls + 2 * n_moe
+    if n_moe and m.expert_weight_bytes < 1.5:
+        k_i = m.experts_per_token * m.moe_intermediate_size / tp
+        q_elems, q_calls = q_elems + n_moe * (m.hidden_size + k_i), q_calls + 2 * n_moe
+    return q_elems, q_calls
 
 
 def _option(cfg: Any, key: str, default: float) -> float:
