@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import pickle
 import shutil
@@ -25,7 +24,9 @@ from pathlib import Path
 from distsim import load_config
 from distsim.runner.api import sweep
 from distsim.runner.job import execute
+from distsim.runner.overrides import texts
 from distsim.runner.plan import plan_sweep
+from distsim.runner.session import connect
 
 RESULTS = Path(__file__).resolve().parent / "results"  # bench_sweep_<requests per job>.json
 
@@ -34,7 +35,7 @@ def sequential(args: list[str], out: Path) -> tuple[float, float]:
     """(seconds for all jobs, seconds of which composing) running each job in this process."""
     plan = plan_sweep(args)
     t0 = time.perf_counter()
-    blobs = {key: pickle.dumps(load_config(list(cfg))) for key, cfg in plan.configs().items()}
+    blobs = {key: pickle.dumps(load_config(texts(cfg))) for key, cfg in plan.configs().items()}
     compose_s = time.perf_counter() - t0
     for job in plan.jobs:
         row = execute(job, blobs[job.config_key], str(out))
@@ -56,13 +57,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="distsim-bench-"))
     try:
         t0 = time.perf_counter()
-        load_config(args[2:])
+        load_config([args[0], *args[3:]])  # one configuration: no sweep parameters
         compose_one_ms = 1000 * (time.perf_counter() - t0)
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        import ray
-
         t0 = time.perf_counter()
-        ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        session = connect(None)  # the sweep's own local Ray: 127.0.0.1, no dashboard, nothing left behind
         ray_start_s = time.perf_counter() - t0
         seq_runs, sweep_runs = [], []
         for r in range(opts.repeat):  # alternate, so a burst of load elsewhere hits both sides alike
@@ -71,7 +69,7 @@ def main() -> None:
             outcome = sweep(args, work / f"sweep{r}", num_workers=opts.workers, progress=False, echo=False)
             sweep_runs.append((time.perf_counter() - t0, outcome))
             assert outcome.ok == len(outcome.results), outcome.results["error"].dropna().tolist()
-        ray.shutdown()
+        session.shutdown()
         seq_s, seq_compose_s = sorted(seq_runs)[len(seq_runs) // 2]
         sweep_s, outcome = sorted(sweep_runs, key=lambda x: x[0])[len(sweep_runs) // 2]
         n = len(outcome.results)

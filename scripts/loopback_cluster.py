@@ -8,9 +8,11 @@ Starts a head node (`ray start --head --block`, 1 CPU, dashboard for the Jobs AP
 (`ray start --address ... --block`, 1 CPU and a `loopback_worker` resource) on 127.0.0.1 with free ports
 of their own, waits until both are up, runs a small sweep against the cluster, prints which Ray node ran
 each job, and stops both nodes by signalling the two `ray start` processes it started (never `ray stop`,
-which would stop every Ray on the machine). Every process gets a fresh token for Ray's token
-authentication, so nothing else can use the cluster while it runs. Exit status 0 when every job ran ok
-and both nodes took part.
+which would stop every Ray on the machine; if this script dies, even by SIGKILL, the kernel sends them
+SIGTERM). Every Ray server of both nodes listens on 127.0.0.1 only: the head runs in Ray's
+single-machine mode (distsim/runner/local_ray.py) and the second node's `ray start` keeps 127.0.0.1 as
+given (JOIN_ON_LOOPBACK). Every process gets a fresh token for Ray's token authentication, so nothing
+else can use the cluster while it runs. Exit status 0 when every job ran ok and both nodes took part.
 """
 
 from __future__ import annotations
@@ -39,6 +41,18 @@ DEFAULT_SWEEP = [
 T0 = time.perf_counter()
 _BESIDE = Path(sys.executable).with_name("ray")
 RAY = str(_BESIDE) if _BESIDE.exists() else "ray"  # the CLI of the Ray this Python imports
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": 127.0.0.1 is the node IP (local_ray.py)
+# `ray start` of the second node: Ray refuses a second node in single-machine mode and otherwise turns
+# 127.0.0.1 (in --address and --node-ip-address) into the machine's interface address, where the head
+# does not listen; this is the same CLI with that one conversion switched off.
+JOIN_ON_LOOPBACK = (
+    "import sys\n"
+    "import ray._private.services as services\n"
+    "services.resolve_ip_for_localhost = lambda host: host\n"
+    "from ray.scripts.scripts import main\n"
+    "sys.argv[0] = 'ray'\n"
+    "sys.exit(main())\n"
+)
 
 
 def say(msg: str) -> None:
@@ -51,12 +65,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_node(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def _stop_when_we_die() -> None:
+    """In the child, before exec: SIGTERM when this script dies, even by SIGKILL (Linux's parent-death
+    signal); `ray start --block` then stops its node's processes, as on our own SIGTERM."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def start_node(args: list[str], env: dict[str, str], log: Path, cli: list[str]) -> subprocess.Popen:
     """`ray start ... --block` in the background (it stays in the foreground of its own process)."""
     with open(log, "w") as fh:
         return subprocess.Popen(
-            [RAY, "start", "--block", *args], stdout=fh, stderr=subprocess.STDOUT, env=env
-        )
+            [*cli, "start", "--block", *args], stdout=fh, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=_stop_when_we_die,
+        )  # fmt: skip
 
 
 def wait_started(proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
@@ -162,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         "RAY_AUTH_TOKEN": secrets.token_hex(32),  # this cluster's own secret, in memory only
     }
     env.pop("RAY_ADDRESS", None)
+    # Ray's single-machine mode (the head, `ray status`, the sweep's driver): 127.0.0.1 stays 127.0.0.1
+    # instead of becoming the interface address, so every Ray server binds loopback
+    env[SINGLE_MACHINE_ENV] = "0"
     procs: list[subprocess.Popen] = []
     ok = False
     try:
@@ -180,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
         else:
             head_args += ["--include-dashboard=false"]
-        procs.append(start_node(head_args, env, head_log))
+        procs.append(start_node(head_args, env, head_log, [RAY]))
         wait_port(gcs_port)
         say("worker node: 1 CPU + resource loopback_worker")
         worker_args = [
@@ -188,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             '--resources={"loopback_worker": 1}', f"--dashboard-agent-listen-port={free_port()}",
             "--disable-usage-stats",
         ]  # fmt: skip
-        procs.append(start_node(worker_args, env, worker_log))
+        worker_env = {k: v for k, v in env.items() if k != SINGLE_MACHINE_ENV}
+        procs.append(start_node(worker_args, worker_env, worker_log, [sys.executable, "-c", JOIN_ON_LOOPBACK]))
         wait_started(procs[0], head_log)
         wait_started(procs[1], worker_log)
         wait_for_nodes(gcs, 2, env)

@@ -1,24 +1,28 @@
-"""Test helper: a sweep on a local Ray (started for it and stopped after, unless one is already up)."""
+"""Test helpers: the project's own local Ray (distsim.runner.session.connect: on 127.0.0.1, no dashboard,
+nothing left behind), started for a test and stopped after, unless the process already runs one."""
 
 from __future__ import annotations
 
-import logging
-import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def sweep_on_local_ray(overrides: list[str], out: Path, workers: int = 2) -> Any:
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
+@contextmanager
+def local_ray(num_cpus: int = 2) -> Iterator[Any]:
+    """A RaySession; a Ray this process already runs is reused and left running."""
+    from distsim.runner.session import connect
 
+    session = connect(None, num_cpus=num_cpus)
+    try:
+        yield session
+    finally:
+        session.shutdown()
+
+
+def sweep_on_local_ray(overrides: list[str], out: Path, workers: int = 2) -> Any:
     from distsim.runner.api import sweep
 
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    try:
+    with local_ray():
         return sweep(overrides, out, num_workers=workers, progress=False, echo=False)
-    finally:
-        if started:
-            ray.shutdown()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import logging
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from clikit import ROOT, assert_user_error, run_module
+from raykit import local_ray
 
 from distsim import load_config, outputs, simulate
 from distsim.errors import ConfigError, OutputError, UserError
@@ -65,13 +65,15 @@ _o.write_file = _full
 """
 
 
-def run_patched(patch: str, module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m MODULE ARGS`` with ``patch`` run first in the same process."""
+def patched(patch: str, module: str, *args: str) -> list[str]:
+    """The command line of ``python -m MODULE ARGS`` with ``patch`` run first in the same process."""
     code = f"{patch}\nimport runpy, sys\nsys.argv = [{module!r}, *{list(args)!r}]\n"
     code += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    return [sys.executable, "-c", code]
+
+
+def run_patched(patch: str, module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(patched(patch, module, *args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def completed(code: int, capsys) -> subprocess.CompletedProcess:
@@ -86,15 +88,8 @@ def no_temporary_files(folder: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def ray_session():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
-    if ray.is_initialized():
+    with local_ray():
         yield
-        return
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -324,16 +319,34 @@ def test_a_second_driver_on_the_same_directory_stops_at_once(finished_sweep, tmp
     assert_user_error(proc, 2, str(out), "in use by another sweep driver")
 
 
+def row_received(flag: Path) -> str:
+    """Code that creates ``flag`` once the sweep driver holds its first finished job's row: a job's
+    result.json on disk is not enough, the driver gets the row later (much later on a busy machine)."""
+    return f"""
+import pathlib
+import distsim.runner.sweep as _sweep
+_on_row = _sweep._on_row
+def _flagging(progress, rows):
+    on_row = _on_row(progress, rows)
+    def flagged(row):
+        on_row(row)
+        pathlib.Path({str(flag)!r}).touch()
+    return flagged
+_sweep._on_row = _flagging
+"""
+
+
 def test_ctrl_c_writes_the_finished_jobs_and_exits_130(tmp_path):
-    sweep_dir = tmp_path / "sweep"
+    sweep_dir, flag = tmp_path / "sweep", tmp_path / "first_row"
     args = ["-m", "workload.num_requests=1500", "cluster.instances=2", "seed=range(6)", *RUNNER]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "distsim", *args, f"hydra.sweep.dir={sweep_dir}"],
+        patched(row_received(flag), "distsim", *args, f"hydra.sweep.dir={sweep_dir}"),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (sweep_dir / "0" / "result.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    deadline = time.monotonic() + 300  # Ray's start-up and a first job, on a machine however busy
+    while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert flag.exists(), "the driver never received a row"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     done = assert_user_error(subprocess.CompletedProcess([], proc.returncode, out, err), 130, "interrupted")

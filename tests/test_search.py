@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -120,3 +121,27 @@ def test_bad_search_spaces_name_the_key(space, key):
     with pytest.raises(ConfigError) as info:
         SearchSpace(space)
     assert info.value.key == key
+
+
+MIXED_SPACE = {
+    "policy.routing.scorers.queue_depth": {"type": "float", "low": 0, "high": 5},
+    "policy.routing.load_guard": {"type": "int", "low": 0, "high": 8},
+}
+FLOAT_SPACE = {"policy.routing.scorers.queue_depth": MIXED_SPACE["policy.routing.scorers.queue_depth"]}
+
+
+@pytest.mark.parametrize("space", [MIXED_SPACE, FLOAT_SPACE])
+def test_a_generation_that_ranks_nothing_is_not_told(space):
+    """Every candidate scoring the same (all failed, or no difference) tells CMA-ES nothing: the next
+    generation is asked from the same distribution (as if not told), and numpy warns of nothing."""
+    told, untold = (build_optimizer("cmaes", SearchSpace(space), 10, seed=0) for _ in range(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        asked = told.ask()
+        untold.ask()
+        told.tell([(h, -1e9) for h, _ in asked])  # the search's score for a failed candidate
+        asked = told.ask()
+        assert [p for _, p in asked] == [p for _, p in untold.ask()]
+        # more than half tied on CatCMAwM's first informative generation: told, without numpy's warnings
+        told.tell([(h, f) for (h, _), f in zip(asked, [0.5] * 7 + [0.9, 0.8, 0.1])])
+        assert len(told.ask()) == 10

@@ -7,11 +7,10 @@ simulations are small, so the module takes a few seconds beyond Ray's own start-
 from __future__ import annotations
 
 import json
-import logging
-import os
 
 import pandas as pd
 import pytest
+from raykit import local_ray
 
 from distsim import load_config, simulate
 from distsim.errors import UserError
@@ -26,21 +25,8 @@ GRID = ["policy=round_robin,random", "workload.arrival.rate_rps=10,40", "seed=0,
 
 @pytest.fixture(scope="module")
 def ray_session():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
-    if ray.is_initialized():  # another module's session: share it, leave it running
+    with local_ray():  # another module's session is shared and left running
         yield
-        return
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-    )
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

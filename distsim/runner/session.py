@@ -1,7 +1,8 @@
 """Starting or joining Ray for a sweep.
 
 ``runner.address`` null starts a private local Ray (address "local": never attaches to a cluster that
-happens to be running on the machine), without the dashboard and with usage stats off. "auto",
+happens to be running on the machine) on 127.0.0.1 only, without the dashboard, the token warning or
+usage stats, and with a guard that stops its processes when the driver dies (distsim.runner.local_ray). "auto",
 "host:port" or "ray://host:port" joins an existing cluster; then the distsim package is shipped to the
 workers with ``runtime_env.py_modules`` unless the driver already runs with a working_dir (as under
 ``ray job submit --working-dir``), where the workers already have it.
@@ -13,12 +14,14 @@ import json
 import logging
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import distsim
 from distsim.errors import ConfigError, os_reason
+from distsim.runner import local_ray
 
 LOCAL = "local"
 PROBE_TIMEOUT_S = 3.0
@@ -34,11 +37,15 @@ class RaySession:
     cpus: int
     nodes: int
     shipped_package: bool = False
+    local: local_ray.LocalRay | None = None  # the local Ray we started
 
     def shutdown(self) -> None:
         import ray
 
-        if self.owned and ray.is_initialized():
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
+        elif self.owned and ray.is_initialized():
             ray.shutdown()
 
 
@@ -95,29 +102,48 @@ def probe(address: str | None) -> None:
         ) from None
 
 
-def connect(address: str | None, ship_package: bool | None = None) -> RaySession:
-    """Start a local Ray or join ``address``; reuse a Ray this process already initialised.
+def ray_initialised() -> bool:
+    """Whether this process already runs or joined a Ray, without importing ray (local_ray sets the
+    environment Ray reads at import first)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
-    Raises ConfigError (runner.address) when the cluster cannot be reached."""
+
+def _join(address: str, env: dict[str, Any] | None) -> None:
+    probe(address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
+    try:
+        ray.init(
+            address=address, runtime_env=env, log_to_driver=False, logging_level=logging.WARNING,
+            configure_logging=True,
+        )  # fmt: skip
+    except (ConnectionError, TimeoutError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError("runner.address", f"cannot join {address!r}: {first}") from None
+
+
+def connect(
+    address: str | None, ship_package: bool | None = None, *, num_cpus: int | None = None
+) -> RaySession:
+    """Start a local Ray (``num_cpus``: default all) or join ``address``; reuse a Ray this process
+    already initialised.
+
+    Raises ConfigError (runner.address) when the cluster cannot be reached."""
     owned = False
     shipped = False
-    if not ray.is_initialized():
+    local = None
+    if not ray_initialised():
         owned = True
-        common = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
         env = runtime_env_for(address, ship_package)
         shipped = env is not None
         if address in (None, "", LOCAL):
-            ray.init(address=LOCAL, include_dashboard=False, runtime_env=env, **common)
+            local = local_ray.start(num_cpus, env)
         else:
-            probe(address)
-            try:
-                ray.init(address=address, runtime_env=env, **common)
-            except (ConnectionError, TimeoutError) as err:
-                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                raise ConfigError("runner.address", f"cannot join {address!r}: {first}") from None
+            _join(address, env)
+    import ray
+
     resources = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    return RaySession(address or LOCAL, owned, int(resources.get("CPU", 1)), nodes, shipped)
+    return RaySession(address or LOCAL, owned, int(resources.get("CPU", 1)), nodes, shipped, local)

@@ -29,7 +29,7 @@ from distsim.runner.pool import ActorPool, DriverTimes, PoolEvents
 from distsim.runner.progress import Progress
 from distsim.runner.ranking import rank_configs
 from distsim.runner.rows import frame, retried_jobs
-from distsim.runner.session import connect, probe
+from distsim.runner.session import connect, probe, ray_initialised
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.table import report_text
 
@@ -75,12 +75,6 @@ def _exit_code(results: pd.DataFrame, strict: bool) -> int:
     return 0
 
 
-def _ray_running() -> bool:
-    import ray
-
-    return ray.is_initialized()
-
-
 def _on_row(progress: Progress, rows: list[dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
     def on_row(row: dict[str, Any]) -> None:
         rows.append(row)
@@ -105,11 +99,11 @@ def _execute(
     """Connect, start the actors, then compose (``make_blobs``) while they boot, and run the jobs.
 
     Each finished job's row is appended to ``rows`` at once, so an interrupted sweep keeps them."""
-    import ray
-
     times = DriverTimes()
     t0 = time.perf_counter()
-    session = connect(settings.address, settings.ship_package)
+    session = connect(settings.address, settings.ship_package)  # before ray is imported (local_ray)
+    import ray
+
     pool = None
     try:
         workers = max(1, min(settings.num_workers or session.cpus, len(todo)))
@@ -161,7 +155,7 @@ def run_sweep(
     settings.validate()
     t_start = time.perf_counter()
     cwd = os.getcwd()  # now: joining a cluster from inside a Ray job may swap the job's working dir
-    if not _ray_running():
+    if not ray_initialised():
         probe(settings.address)  # an unreachable cluster fails in a moment, before the directory is claimed
     sweep_dir = outputs.prepare_dir(Path(sweep_dir).resolve())
     with claim.claimed(sweep_dir, [job.overrides_str for job in plan.jobs], overwrite=settings.overwrite):
@@ -191,7 +185,7 @@ def _run_todo(
     """Compose and run the jobs not done yet, appending their rows; (workers, replaced, times)."""
     make_blobs = lambda: compose_all(todo, plan, compose)
     compose_s = 0.0
-    if not _ray_running():
+    if not ray_initialised():
         t0 = time.perf_counter()
         blobs = make_blobs()
         compose_s = time.perf_counter() - t0

@@ -23,7 +23,7 @@ register_schemas()
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="search")
 def main(cfg: DictConfig) -> float | None:
-    from distsim.search.driver import run_search
+    from distsim.search.driver import check_settings, run_search
     from distsim.search.evaluate import make_evaluator
 
     hc = HydraConfig.get()
@@ -32,6 +32,7 @@ def main(cfg: DictConfig) -> float | None:
 
     session = None
     try:
+        check_settings(cfg)  # a bad setting is refused before Ray's start-up
         session = connect(cfg.runner.address)  # one Ray for every generation's sweep
         result = run_search(
             cfg,

@@ -18,6 +18,7 @@ first generation has no candidate that ran on every training seed stops there wi
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from omegaconf import OmegaConf
 from distsim import outputs
 from distsim.config.compose import CONF_DIR
 from distsim.errors import ConfigError, UserError
-from distsim.search.optimizer import build_optimizer
+from distsim.search.optimizer import build_optimizer, check_optimizer
 from distsim.search.space import SearchSpace
 
 
@@ -42,6 +43,19 @@ class SearchResult:
     best_train_fitness: float
     policy_yaml: Path
     holdout: pd.DataFrame | None
+
+
+def check_settings(cfg: Any) -> None:
+    """Every search.* and runner.* setting and the scenario, checked before Ray starts: a bad one is one
+    line (ConfigError) at once, not a failed first generation after Ray's start-up."""
+    from distsim.config.scenario import resolve
+    from distsim.runner.settings import RunnerSettings
+
+    _check(cfg)
+    SearchSpace(cfg.search.space)
+    check_optimizer(str(cfg.search.algorithm), int(cfg.search.population))
+    RunnerSettings.from_node(cfg.runner).validate()
+    resolve(copy.deepcopy(cfg))
 
 
 def _check(cfg: Any) -> None:

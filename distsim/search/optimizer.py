@@ -9,6 +9,7 @@ Both are deterministic for a seed, so a search replays exactly (which is also ho
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,24 @@ class CMAESOptimizer(Optimizer):
         return out
 
     def tell(self, results):
-        self.opt.tell([(handle, -fitness) for handle, fitness in results])  # cmaes minimises
+        told = [(handle, -fitness) for handle, fitness in results]  # cmaes minimises
+        if len({value for _, value in told}) == 1:
+            # Every candidate scored the same (all failed, or the searched keys changed nothing on these
+            # seeds): the generation ranks nothing. Told anyway, CMA-ES would rank them in the order they
+            # were asked, drift towards the first ones and widen its step size (CatCMAwM also took the
+            # median of an empty list, numpy's RuntimeWarnings). Not told, the next generation is asked
+            # from the same distribution.
+            return
+        if not self.mixed:
+            self.opt.tell(told)
+            return
+        with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+            # CatCMAwM scales its bound penalty by the median of the interquartile ranges of the
+            # generations so far; while none had a non-zero one (more than half tied) that is the median
+            # of an empty list: numpy warns ("Mean of empty slice", then 0/0), the penalty is NaN and the
+            # candidates keep the ranking of their fitness alone, which is what we want. Only that warning.
+            warnings.filterwarnings("ignore", message="Mean of empty slice", category=RuntimeWarning)
+            self.opt.tell(told)
 
 
 class RandomOptimizer(Optimizer):
@@ -100,11 +118,16 @@ class RandomOptimizer(Optimizer):
         pass
 
 
-def build_optimizer(algorithm: str, space: SearchSpace, population: int, seed: int) -> Optimizer:
+_ALGORITHMS = {"cmaes": CMAESOptimizer, "random": RandomOptimizer}
+
+
+def check_optimizer(algorithm: str, population: int) -> None:
     if population < 2:
         raise ConfigError("search.population", f"must be >= 2 (got {population})")
-    if algorithm == "cmaes":
-        return CMAESOptimizer(space, population, seed)
-    if algorithm == "random":
-        return RandomOptimizer(space, population, seed)
-    raise ConfigError("search.algorithm", f"unknown algorithm {algorithm!r}; known: cmaes, random")
+    if algorithm not in _ALGORITHMS:
+        raise ConfigError("search.algorithm", f"unknown algorithm {algorithm!r}; known: {', '.join(_ALGORITHMS)}")
+
+
+def build_optimizer(algorithm: str, space: SearchSpace, population: int, seed: int) -> Optimizer:
+    check_optimizer(algorithm, population)
+    return _ALGORITHMS[algorithm](space, population, seed)
