@@ -69,6 +69,7 @@ class LatencyConfig:
     activation_bytes_routed: float | None = None  # ... per hidden element of each routed token copy (MoE)
     moe_layer_overhead_us: float | None = None  # GPU time per MoE layer per step (router, top-k, sort)
     routing_skew: float | None = None  # Zipf exponent of expert popularity; 0: uniform routing
+    all_reduce_latency_us: float | None = None  # fixed time of one TP all-reduce (or EP all-to-all)
     profile: str | None = None  # a calibrated latency profile: shipped name or path (distsim.calibrate)
 
 

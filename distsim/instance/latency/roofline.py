@@ -304,18 +304,19 @@ class RooflineLatency(LatencyModel):
         return out
 
 
-def _communication(m: Any, hw: Any, tp: int, ep_dp: int) -> tuple[float, float]:
+def _communication(m: Any, hw: Any, tp: int, ep_dp: int, latency_us: float = ALL_REDUCE_LATENCY_US) -> tuple[float, float]:
     """Collectives per step: a fixed part (us) and a part per token (us): TP's two all-reduces per layer,
-    and with expert parallelism over ep_dp engines two all-to-alls per MoE layer."""
+    and with expert parallelism over ep_dp engines two all-to-alls per MoE layer; ``latency_us`` is the
+    fixed time of one collective."""
     fixed = per_token = 0.0
     if tp > 1:
         n_ar = 2 * m.num_layers
         ring = 2.0 * (tp - 1) / tp
-        fixed = n_ar * ALL_REDUCE_LATENCY_US
+        fixed = n_ar * latency_us
         per_token = n_ar * ring * m.hidden_size * m.dtype_bytes / (hw.link_gbps_per_dir * 1e9) * 1e6
     if ep_dp > 1:  # dispatch and combine: each GPU's share of its T tokens x k to remote experts and back
         ep = tp * ep_dp
-        fixed += 2 * m.num_moe_layers * ALL_REDUCE_LATENCY_US
+        fixed += 2 * m.num_moe_layers * latency_us
         remote = m.experts_per_token * m.hidden_size * m.dtype_bytes * (ep - 1) / ep / tp
         per_token += 2 * m.num_moe_layers * remote / (hw.link_gbps_per_dir * 1e9) * 1e6
     return fixed, per_token
