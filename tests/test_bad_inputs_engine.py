@@ -185,7 +185,9 @@ def test_out_of_memory_advice_names_only_what_would_make_it_fit(overrides, wante
 @pytest.mark.parametrize(
     "overrides, key, why",
     [
-        (["cluster.latency.base_us=100"], "cluster.latency.base_us", "the roofline latency model"),
+        (["cluster.latency.base_us=100"], "cluster.latency.base_us", "the roofline3 latency model"),
+        (["cluster.latency.kind=roofline", "cluster.latency.routing_skew=1"], "cluster.latency.routing_skew",
+         "the roofline latency model"),
         (["cluster.latency.kind=linear", "cluster.latency.base_us=100", "cluster.latency.per_prefill_token_us=1",
           "cluster.latency.per_decode_token_us=1", "cluster.latency.compute_efficiency=0.5"],
          "cluster.latency.compute_efficiency", "the linear latency model"),

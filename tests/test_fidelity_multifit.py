@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from distsim.calibrate import main as calibrate_main
+from distsim.config.schema import FrontendConfig
 from distsim.errors import UserError
 from distsim.fidelity.multifit import (
     RUN_CAP,
@@ -26,6 +27,7 @@ from distsim.fidelity.multifit_lomo import leave_one_model_out
 from distsim.fidelity.multifit_pool import ReplayPool, replay_run
 from distsim.fidelity.multifit_space import parse_params, start_values
 from distsim.fidelity.suite_data import read_suite
+from distsim.instance.latency.roofline3 import DEFAULTS
 
 TRUTH = {"cluster.frontend.request_us": 20000.0, "cluster.latency.step_overhead_us": 800.0}
 SPACE = ["cluster.frontend.request_us=0:50000,cluster.latency.step_overhead_us=0:3000"]
@@ -132,7 +134,7 @@ def _fit(root: Path, budget: int, workers: int, space=SPACE):
 
 def test_the_fit_recovers_the_coefficients_that_made_the_measurements(tiny_suite):
     fit = _fit(tiny_suite, budget=40, workers=1)
-    start = {"cluster.frontend.request_us": 1778.0, "cluster.latency.step_overhead_us": 864.0}  # the defaults
+    start = {"cluster.frontend.request_us": FrontendConfig.request_us, "cluster.latency.step_overhead_us": DEFAULTS.step_overhead_us}
     assert fit.start.values == start
     assert fit.start.objective > 0.1 and fit.best.objective < 0.02
     for key, truth in TRUTH.items():

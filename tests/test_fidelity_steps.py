@@ -64,7 +64,10 @@ def test_error_of_a_hand_computed_decode_row():
     weights = m.weight_bytes_per_gpu(1) - m.embed_params * 2  # 15,009,849,344 bytes
     kv = 32 * 2 * 8 * 128 * 2 * 128  # layers x (K, V) x kv heads x head dim x bf16 x tokens
     expected = (weights + kv) / (3.35e12 * 0.8) * 1e6
-    plain = ["cluster.latency.memory_efficiency=0.8", "cluster.latency.layer_overhead_us=0", "cluster.latency.gemm_half_tokens=0"]
+    plain = [
+        "cluster.latency.kind=roofline", "cluster.latency.memory_efficiency=0.8", "cluster.latency.layer_overhead_us=0",
+        "cluster.latency.gemm_half_tokens=0",
+    ]
     row = compare(tables, simulate(tables, latency_settings(plain))).iloc[0]
     assert row.simulated_us == pytest.approx(expected, rel=1e-12) == pytest.approx(5606.95, abs=0.01)
     assert (
@@ -113,7 +116,7 @@ def test_weights_count_each_model_and_class_equally():
 
 
 def test_fit_recovers_the_coefficients_that_made_the_steps():
-    settings = latency_settings()
+    settings = latency_settings(["cluster.latency.kind=roofline"])
     tables = read_steps(FIXTURE)[:2]
     truth = {"compute_efficiency": 0.5, "memory_efficiency": 0.7}
     made = simulate(tables, settings, truth)

@@ -79,5 +79,5 @@ def test_cli_nnls_writes_the_fit_and_lomo(tmp_path, capsys):
     assert len(pd.read_csv(out / "steps_lomo.csv")) == 12
     md = capsys.readouterr().out
     assert "## Leave one model out" in md and "bounded linear least squares" in md
-    assert steps_cli.main([str(FIXTURE), "--nnls"]) == 2  # the old roofline has no linear basis
+    assert steps_cli.main([str(FIXTURE), "cluster.latency.kind=roofline", "--nnls"]) == 2  # no linear basis
     assert "roofline3" in capsys.readouterr().err

@@ -47,9 +47,10 @@ class EngineConfig:
 
 @dataclass
 class LatencyConfig:
-    """Step-time model: ``roofline`` (from model and hardware) or ``linear`` (fitted coefficients)."""
+    """Step-time model: ``roofline3`` (per operator, the default), ``roofline`` (the issue-17 model) or
+    ``linear`` (fitted coefficients)."""
 
-    kind: str = "roofline"
+    kind: str = "roofline3"
     base_us: float | None = None  # linear
     per_prefill_token_us: float | None = None  # linear
     per_decode_token_us: float | None = None  # linear
@@ -112,10 +113,11 @@ class FrontendConfig:
     """Costs outside the engine, as a client measures (distsim.config.settings.FrontendSettings): per
     request and per prompt token before the engine queues a request, per output token after it emits one."""
 
-    # defaults fitted on the real vLLM runs on H100 (docs/fidelity.md; docs/data/h100_fit.json)
-    request_us: float = 1778.0
-    per_input_token_us: float = 5.48
-    per_output_token_us: float = 15.5
+    # fitted on the real vLLM runs on H100 with roofline3's terms (docs/fidelity.md; docs/data/h100_jointfit.json);
+    # the issue-17 roofline was fitted with 1778 / 5.48 / 15.5 (docs/data/h100_fit.json)
+    request_us: float = 5954.0
+    per_input_token_us: float = 2.049
+    per_output_token_us: float = 0.0
 
 
 @dataclass

@@ -8,8 +8,9 @@ above the step-only fit").
 The objective is :mod:`distsim.fidelity.runfit`'s: per run the relative errors of mean E2E, mean TTFT
 and mean ITL, each run weighted 1 / sqrt(runs of its model). The unknowns are the GPU coefficients of
 :data:`GPU` and the host and front-end terms of :data:`distsim.fidelity.runfit.TERMS`. The constraint:
-every step table's mean absolute error (%) at most its value at the step-only fit (the configured start,
-``python -m distsim.fidelity.steps ... --nnls``) plus ``--budget`` points. Step errors cost microseconds
+every step table's mean absolute error (%) at most its value at the step-only fit (the start:
+:data:`~distsim.instance.latency.roofline3.STEP_FIT`, ``python -m distsim.fidelity.steps ... --nnls``, with
+any ``cluster.latency`` value the overrides set) plus ``--budget`` points. Step errors cost microseconds
 (the step tables as a linear design, :func:`distsim.fidelity.steps_nnls.design`), so the constraint is
 evaluated exactly; replays cost seconds, so the runs are linearised: a forward-difference Jacobian of
 the residuals (one replay of every run per unknown), the constrained linear least-squares problem solved
@@ -40,11 +41,12 @@ from distsim.fidelity import runfit
 from distsim.fidelity.multifit_pool import ReplayPool
 from distsim.fidelity.steps_compare import latency_settings
 from distsim.fidelity.steps_data import StepTable, read_steps
-from distsim.fidelity.steps_nnls import design
+from distsim.fidelity.steps_nnls import design, values_of
 from distsim.fidelity.suite_data import read_suite
 from distsim.instance.latency.roofline3 import (
     BOUNDS,
     LINEAR,
+    STEP_FIT,
     Roofline3Coefficients,
     coefficients_from,
     linear_of,
@@ -319,12 +321,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         suite = read_suite(args.runs)
         steps = StepBudget(read_steps(args.steps), args.overrides)
-        base = coefficients_from(latency_settings(args.overrides).node)
+        base = coefficients_from(latency_settings(args.overrides).node, STEP_FIT)
         split = lambda text: None if text is None else [t for t in text.split(",") if t]  # noqa: E731
         problem = Problem.make(base, split(args.gpu), split(args.run_terms))
-        host = {**runfit.start_values(args.overrides), PREFIX + "all_reduce_latency_us": base.all_reduce_latency_us}
-        x0 = np.array([getattr(base, k[len(PREFIX):]) if k[len(PREFIX):] in GPU else host[k] for k in problem.keys])
-        with ReplayPool(args.overrides, workers=args.workers) as pool:
+        host = runfit.start_values(args.overrides)  # the front end's; the latency terms from base
+        x0 = np.array([getattr(base, k[len(PREFIX):]) if k.startswith(PREFIX) else host[k] for k in problem.keys])
+        # every replay at the start's GPU terms (the step-only fit), the unknowns set over them
+        own = ("all_reduce_latency_us", "step_overhead_us", "sequence_overhead_us")
+        fixed = [f"{PREFIX}{k}={v!r}" for k, v in {**values_of(base), **{k: getattr(base, k) for k in own}}.items()]
+        with ReplayPool([*args.overrides, *fixed], workers=args.workers) as pool:
             runs = runfit.Runs(suite, pool)
             out = fit(runs, steps, problem, x0, args.budget, args.iterations, say)
             if not args.no_lomo:

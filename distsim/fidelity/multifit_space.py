@@ -77,13 +77,17 @@ def parse_params(specs: Sequence[str]) -> tuple[Param, ...]:
 
 
 def _default(cfg, key: str) -> float | None:
-    """The value the simulator uses for ``key``: the config's, or the roofline's default where the
-    config leaves a ``cluster.latency`` coefficient null."""
+    """The value the simulator uses for ``key``: the config's, or the configured roofline kind's default
+    where the config leaves a ``cluster.latency`` coefficient null."""
+    from distsim.instance.latency import roofline3
+
     value = OmegaConf.select(cfg, key)
     prefix = "cluster.latency."
-    names = {f.name for f in fields(RooflineCoefficients)}
+    three = cfg.cluster.latency.kind == "roofline3"
+    names = {f.name for f in fields(roofline3.Roofline3Coefficients if three else RooflineCoefficients)}
     if value is None and key.startswith(prefix) and key[len(prefix) :] in names:
-        value = getattr(coefficients_from(cfg.cluster.latency), key[len(prefix) :])
+        own = roofline3.coefficients_from if three else coefficients_from
+        value = getattr(own(cfg.cluster.latency), key[len(prefix) :])
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise UserError(f"--params {key}: not a numeric config key (its value is {value!r})")
     return None if value is None else float(value)

@@ -3,7 +3,7 @@
     python -m distsim.fidelity.suite ../shared/data/h100_vllm_runs [overrides...] --out DIR
 
 Each run (:mod:`distsim.fidelity.suite_data`) is replayed on one instance: ``cluster.hardware=H100``,
-the run's model, TP and engine settings (KV blocks included), ``cluster.latency.kind=roofline``, its
+the run's model, TP and engine settings (KV blocks included), the default ``cluster.latency.kind`` (roofline3), its
 trace through distsim's ``csv`` trace reader with ``prefix_group`` mapped onto shared leading block keys
 (``workload.prefix.groups`` = the profile's system prompts, ``workload.prefix.tokens`` = its system
 prompt length). Overrides go on top and win over the run's values (``workload.num_requests=200`` caps a
@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from distsim import inputs, outputs
 from distsim.catalog.models import load_model
 from distsim.config.compose import load_config
-from distsim.config.schema import EngineConfig
+from distsim.config.schema import EngineConfig, LatencyConfig
 from distsim.config.workload import WorkloadConfig
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
@@ -65,7 +65,7 @@ def run_settings(run: SuiteRun) -> dict[str, Any]:
         "cluster.pools": None,
         "cluster.hardware": "H100",
         "cluster.model": run.model,
-        "cluster.latency.kind": "roofline",
+        "cluster.latency.kind": LatencyConfig.kind,
         "workload.kind": "trace",
         "workload.format": "csv",
         "workload.path": str(run.trace),

@@ -11,7 +11,7 @@ registered model). Rounding is ``floor(x + 0.5)`` in both.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -100,11 +100,13 @@ def build_latency_model(cfg: Any, ctx: LatencyContext, key: str = "cluster.laten
     the latency profile that ``cfg.profile`` names, if any (see :mod:`distsim.instance.latency.profile`)."""
     from distsim.config.validators import warn_unread
     from distsim.instance.latency.profile import COEFFICIENTS, apply_profile
+    from distsim.instance.latency.roofline3 import Roofline3Coefficients
 
     cfg = apply_profile(cfg, key)
     factory = LATENCY_MODELS.get(cfg.kind, f"{key}.kind")
-    if cfg.kind in COEFFICIENTS:  # another kind's coefficients would be silently ignored
-        others = {name for kind, names in COEFFICIENTS.items() if kind != cfg.kind for name in names}
-        reads = [name for name in cfg if name not in others - set(COEFFICIENTS[cfg.kind])]
+    own = {**COEFFICIENTS, "roofline3": tuple(f.name for f in fields(Roofline3Coefficients))}
+    if cfg.kind in own:  # another kind's coefficients would be silently ignored
+        others = {name for kind, names in own.items() if kind != cfg.kind for name in names}
+        reads = [name for name in cfg if name not in others - set(own[cfg.kind])]
         warn_unread(cfg, key, reads, f"the {cfg.kind} latency model does not use it")
     return factory(cfg, ctx)
