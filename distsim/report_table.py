@@ -33,7 +33,7 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
         f"goodput       {_fmt(g['requests_per_s'], 2)} req/s   SLO attainment {_fmt(g['slo_attainment'], 3)}",
         f"prefix cache hit rate {_fmt(summary['prefix_cache_hit_rate'], 3)}   GPU utilization "
         f"{_fmt(summary['gpu_utilization'], 3)}   Jain fairness {_fmt(summary['jain_fairness'], 3)}",
-        f"cost          ${_fmt(summary['cost_usd_per_1k_tokens'], 6)} per 1k tokens (input + output), as in summary.json",
+        f"cost          ${_fmt(summary['cost_usd_per_1k_tokens'], 8)} per 1k tokens (input + output), as in summary.json",
         f"fitness       {_fmt(summary['fitness'], 4)}",
         f"simulated     {_fmt(summary['sim']['simulated_s'], 2)} s in {summary['sim']['events']:,} events (seed {summary['sim']['seed']})",
     ]

@@ -75,7 +75,7 @@ def test_the_terminal_prints_cost_in_summary_jsons_unit():
 
     summary = simulate(load_config(SMALL)).summary
     line = next(ln for ln in format_summary(summary).splitlines() if ln.startswith("cost"))
-    assert f"${summary['cost_usd_per_1k_tokens']:.6f} per 1k tokens" in line
+    assert f"${summary['cost_usd_per_1k_tokens']:.8f} per 1k tokens" in line
 
 
 def test_latency_cdfs_never_pool_configurations_that_differ():
