@@ -13,7 +13,8 @@ from distsim import load_config
 from distsim.catalog import load_hardware, load_model
 from distsim.cluster.pools import resolve_pools
 from distsim.errors import ConfigError, InputFileError
-from distsim.instance.latency.base import LatencyContext, build_latency_model
+from distsim.instance.latency.base import LatencyContext
+from distsim.instance.latency.build import build_latency_model
 from distsim.instance.latency.linear import LinearLatency
 from distsim.instance.latency.profile import (
     LatencyProfile,

@@ -16,13 +16,9 @@ from omegaconf import OmegaConf
 from distsim.catalog import load_hardware, load_model
 from distsim.errors import ConfigError
 from distsim.instance.latency import roofline
-from distsim.instance.latency.base import (
-    LATENCY_MODELS,
-    LatencyContext,
-    LatencyModel,
-    StepShape,
-    build_latency_model,
-)
+from distsim.instance.latency.base import LatencyContext, LatencyModel, StepShape
+from distsim.instance.latency.build import build_latency_model
+from distsim.instance.latency.registry import LATENCY_MODELS
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ROOFLINE_CFG = {

@@ -138,7 +138,7 @@ def test_fp8_matmuls_run_at_the_fp8_peak(tmp_path):
 def test_bad_coefficients_name_their_key(key, value):
     from omegaconf import OmegaConf
 
-    from distsim.instance.latency.base import build_latency_model
+    from distsim.instance.latency.build import build_latency_model
 
     cfg = OmegaConf.create({"kind": "roofline", key: value})
     with pytest.raises(ConfigError) as err:

@@ -13,7 +13,8 @@ from distsim.cluster.mig import check_fits, place_pools, refuse_with_cells, reso
 from distsim.config import checks
 from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
-from distsim.instance.latency.base import LatencyContext, LatencyModel, build_latency_model
+from distsim.instance.latency.base import LatencyContext, LatencyModel
+from distsim.instance.latency.build import build_latency_model
 
 ROLES = ("mixed", "prefill", "decode")
 

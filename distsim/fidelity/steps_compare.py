@@ -23,7 +23,8 @@ from distsim.catalog import HardwareSpec, ModelSpec, load_hardware
 from distsim.config.compose import load_config
 from distsim.errors import ConfigError
 from distsim.fidelity.steps_data import CLASSES, SHAPE_COLUMNS, StepTable
-from distsim.instance.latency.base import LatencyContext, LatencyModel, build_latency_model
+from distsim.instance.latency.base import LatencyContext, LatencyModel
+from distsim.instance.latency.build import build_latency_model, coefficients_by_kind
 from distsim.instance.latency.profile import apply_profile
 
 HARDWARE = "H100"  # the settings' default GPU; each table is compared on its own (StepTable.hardware)
@@ -86,10 +87,11 @@ def table_models(table: StepTable, settings: LatencySettings, values: Mapping[st
     """The latency model of each row of ``table`` (one per distinct routing skew; its GPU and TP)."""
     hardware = load_hardware(table.hardware)
     skews = table.skews()
+    models_skew = "routing_skew" in coefficients_by_kind().get(settings.node.kind, ())
     built: dict[float, LatencyModel] = {}
     for skew in dict.fromkeys(skews.tolist()):
         extra = dict(values)
-        if skew:
+        if skew and models_skew:  # a kind without the knob prices every row at uniform routing
             extra["routing_skew"] = skew
         built[skew] = settings.build(table.model, extra, hardware, table.tp)
     return [built[s] for s in skews.tolist()]

@@ -1,4 +1,4 @@
-"""The latency-model interface and how a configured one is built (the registry is registry.py).
+"""The latency-model interface (the registry is registry.py; build.py builds a configured model).
 
 A latency model turns the shape of one engine step into its duration in integer microseconds.
 The instance calls :meth:`LatencyModel.step_us` for steps that hold prefill work and
@@ -11,12 +11,10 @@ registered model). Rounding is ``floor(x + 0.5)`` in both.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-
-from distsim.instance.latency.registry import LATENCY_MODELS
 
 
 class StepShape(NamedTuple):
@@ -93,20 +91,3 @@ class LatencyContext:
 
 
 LatencyFactory = Callable[[Any, LatencyContext], LatencyModel]
-
-
-def build_latency_model(cfg: Any, ctx: LatencyContext, key: str = "cluster.latency") -> LatencyModel:
-    """Build the model named by ``cfg.kind`` (``cfg`` is the ``cluster.latency`` node), after applying
-    the latency profile that ``cfg.profile`` names, if any (see :mod:`distsim.instance.latency.profile`)."""
-    from distsim.config.validators import warn_unread
-    from distsim.instance.latency.profile import COEFFICIENTS, apply_profile
-    from distsim.instance.latency.roofline3 import Roofline3Coefficients
-
-    cfg = apply_profile(cfg, key)
-    factory = LATENCY_MODELS.get(cfg.kind, f"{key}.kind")
-    own = {**COEFFICIENTS, "roofline3": tuple(f.name for f in fields(Roofline3Coefficients))}
-    if cfg.kind in own:  # another kind's coefficients would be silently ignored
-        others = {name for kind, names in own.items() if kind != cfg.kind for name in names}
-        reads = [name for name in cfg if name not in others - set(own[cfg.kind])]
-        warn_unread(cfg, key, reads, f"the {cfg.kind} latency model does not use it")
-    return factory(cfg, ctx)

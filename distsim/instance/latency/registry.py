@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from distsim.registry import Registry
 
-if TYPE_CHECKING:  # types only: base.py imports this module
+if TYPE_CHECKING:  # types only: build.py imports this module
     from distsim.instance.latency.base import LatencyFactory
 
 LATENCY_MODELS: Registry[LatencyFactory] = Registry("latency model", "cluster.latency.kind", "distsim.instance.latency")
