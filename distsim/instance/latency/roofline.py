@@ -322,12 +322,12 @@ def _communication(m: Any, hw: Any, tp: int, ep_dp: int, latency_us: float = ALL
     return fixed, per_token
 
 
-def _option(cfg: Any, key: str, default: float) -> float:
-    """A ``cluster.latency`` value, or the default when it is null."""
+def checked_option(cfg: Any, key: str, default: float, bounds: dict[str, tuple[float, float, bool]]) -> float:
+    """A ``cluster.latency`` value within its ``bounds[key]``, or the default when it is null."""
     value = cfg.get(key) if cfg is not None else None
     if value is None:
         return float(default)
-    low, high, low_open = BOUNDS[key]
+    low, high, low_open = bounds[key]
     bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
     if bad or value > high or value < low or (low_open and value == low):
         bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
@@ -335,9 +335,10 @@ def _option(cfg: Any, key: str, default: float) -> float:
     return float(value)
 
 
-def coefficients_from(cfg: Any, defaults: RooflineCoefficients = DEFAULTS) -> RooflineCoefficients:
-    """The coefficients a ``cluster.latency`` node sets, the defaults for those it leaves null."""
-    return replace(defaults, **{f.name: _option(cfg, f.name, getattr(defaults, f.name)) for f in fields(defaults)})
+def coefficients_from(cfg: Any, defaults: Any = DEFAULTS, bounds: dict[str, tuple[float, float, bool]] = BOUNDS) -> Any:
+    """The coefficients a ``cluster.latency`` node sets, the defaults for those it leaves null: a copy of
+    ``defaults`` (a coefficients dataclass, this module's or roofline3's) checked against ``bounds``."""
+    return replace(defaults, **{f.name: checked_option(cfg, f.name, getattr(defaults, f.name), bounds) for f in fields(defaults)})
 
 
 @register_latency_model("roofline")

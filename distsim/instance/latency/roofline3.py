@@ -63,10 +63,10 @@ agree to the bit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from distsim.errors import ConfigError
+from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
 from distsim.instance.latency.roofline import RooflineLatency, _communication
@@ -457,21 +457,9 @@ def _fp8_quantised_inputs(m: Any, tp: int) -> tuple[float, float]:
     return q_elems, q_calls
 
 
-def _option(cfg: Any, key: str, default: float) -> float:
-    value = cfg.get(key) if cfg is not None else None
-    if value is None:
-        return float(default)
-    low, high, low_open = BOUNDS[key]
-    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-    if bad or value > high or value < low or (low_open and value == low):
-        bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
-        raise ConfigError(f"cluster.latency.{key}", f"must be a number in {bounds} (got {value!r})")
-    return float(value)
-
-
 def coefficients_from(cfg: Any, defaults: Roofline3Coefficients = DEFAULTS) -> Roofline3Coefficients:
     """The coefficients a ``cluster.latency`` node sets, the defaults for those it leaves null."""
-    return replace(defaults, **{f.name: _option(cfg, f.name, getattr(defaults, f.name)) for f in fields(defaults)})
+    return roofline.coefficients_from(cfg, defaults, BOUNDS)
 
 
 @register_latency_model("roofline3")
