@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from distsim import outputs
 from distsim.cells.build import build_world
 from distsim.config.scenario import Scenario, resolve
-from distsim.engine.loop import EventLoop
+from distsim.events.loop import EventLoop
 from distsim.instance.instance import Instance
 from distsim.metrics.columns import Table
 from distsim.metrics.fitness import compute_fitness

@@ -15,7 +15,7 @@ import time
 from distsim import load_config
 from distsim.cluster.build import build_cluster
 from distsim.config.scenario import resolve
-from distsim.engine.loop import EventLoop
+from distsim.events.loop import EventLoop
 from distsim.metrics.recorder import Recorder
 from distsim.request import Request
 

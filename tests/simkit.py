@@ -20,7 +20,7 @@ from distsim.config.settings import (
     SloDefaults,
     TransferSettings,
 )
-from distsim.engine.loop import EventLoop
+from distsim.events.loop import EventLoop
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.linear import LinearLatency
 from distsim.metrics.recorder import Recorder

@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 from distsim import load_config, simulate
 from distsim.catalog import load_hardware
 from distsim.catalog.runtime_models import load_runtime_model
-from distsim.engine.loop import PRIO_ARRIVAL, EventLoop
 from distsim.errors import ConfigError
+from distsim.events.loop import PRIO_ARRIVAL, EventLoop
 from distsim.request import Status, new_typed_request
 from distsim.runtime.curves.base import CurveContext
 from distsim.runtime.curves.fixed import FixedCurve

@@ -15,8 +15,8 @@ from simkit import FAKE_HW, engine, run, tiny_model
 from distsim import load_config, simulate
 from distsim.cluster.pools import PoolSpec
 from distsim.config.scenario import resolve
-from distsim.engine.rng import stream
 from distsim.errors import ConfigError, ConfigWarning, SimulationError
+from distsim.events.rng import stream
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
 from distsim.runner.rows import flatten

@@ -7,8 +7,8 @@ import pytest
 from simkit import engine, policy, run
 
 from distsim.cluster.prefix_index import PrefixIndex
-from distsim.engine.rng import stream
 from distsim.errors import ConfigError
+from distsim.events.rng import stream
 from distsim.instance.latency.linear import LinearLatency
 from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext, load_builtin_policies
 from distsim.request import Request

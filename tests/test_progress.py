@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from distsim import load_config, simulate
-from distsim.engine.loop import EventLoop
+from distsim.events.loop import EventLoop
 from distsim.progress import ProgressLine, ProgressSettings, wanted
 from distsim.simulate import summary_json
 

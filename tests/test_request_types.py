@@ -13,8 +13,8 @@ import pytest
 from distsim import load_config, simulate
 from distsim.cells.build import build_world
 from distsim.config.scenario import resolve
-from distsim.engine.loop import EventLoop
 from distsim.errors import ConfigError
+from distsim.events.loop import EventLoop
 from distsim.metrics.types import TypedRecorder
 from distsim.report_table import format_summary
 from distsim.request import Status

@@ -10,8 +10,8 @@ import pytest
 
 from distsim import load_config, simulate
 from distsim.config.scenario import Scenario, resolve
-from distsim.engine.loop import EventLoop
 from distsim.errors import ConfigError, ConfigWarning
+from distsim.events.loop import EventLoop
 
 BIG = ["workload.num_requests=20000"]  # a bad value must not cost a simulation of these
 

@@ -18,8 +18,8 @@ from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING
 from distsim.cells.build import build_world
 from distsim.config.scenario import resolve
 from distsim.config.window import MeasureWindow
-from distsim.engine.loop import PRIO_ARRIVAL, EventLoop
 from distsim.errors import ConfigError
+from distsim.events.loop import PRIO_ARRIVAL, EventLoop
 from distsim.metrics.summary import distribution, rnd
 from distsim.metrics.types import TypedRecorder
 from distsim.request import new_typed_request

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distsim.engine.rng import stream
+from distsim.events.rng import stream
 from distsim.workload import build_workload
 from distsim.workload.arrivals import MMPP, Schedule, build_arrivals
 from distsim.workload.source import as_config

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from distsim.config.workload import WorkloadConfig
-from distsim.engine.rng import stream
+from distsim.events.rng import stream
 from distsim.workload import build_workload
 from distsim.workload.lengths import Sampler
 from distsim.workload.source import as_config

@@ -28,9 +28,9 @@ import numpy as np
 from distsim.autoscale.probe import CompletionWatch, PoolProbe
 from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING, PoolReplicas, Replica
 from distsim.autoscale.sides import LlmSide
-from distsim.engine.loop import PRIO_AUTOSCALE
-from distsim.engine.rng import stream
 from distsim.errors import SimulationError
+from distsim.events.loop import PRIO_AUTOSCALE
+from distsim.events.rng import stream
 
 
 @dataclass

@@ -33,8 +33,8 @@ from distsim.config.settings import (
     SloDefaults,
     TransferSettings,
 )
-from distsim.engine.loop import EventLoop
-from distsim.engine.rng import stream
+from distsim.events.loop import EventLoop
+from distsim.events.rng import stream
 from distsim.instance.instance import Instance
 
 

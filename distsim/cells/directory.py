@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from distsim.config.settings import CellSettings
-from distsim.engine.loop import PRIO_CLUSTER, EventLoop
+from distsim.events.loop import PRIO_CLUSTER, EventLoop
 
 
 class CellDirectory:

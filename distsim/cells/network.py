@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from distsim.config.settings import CellSettings
-from distsim.engine.rng import stream
+from distsim.events.rng import stream
 
 _BLOCK = 4096  # jitter draws per numpy call
 

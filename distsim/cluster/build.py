@@ -27,8 +27,8 @@ from distsim.config.settings import (
     SloDefaults,
     TransferSettings,
 )
-from distsim.engine.loop import EventLoop
-from distsim.engine.rng import stream
+from distsim.events.loop import EventLoop
+from distsim.events.rng import stream
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder

@@ -23,8 +23,8 @@ from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.config.settings import FrontendSettings, PolicySettings, TransferSettings
-from distsim.engine.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.errors import SimulationError, warn_config
+from distsim.events.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.instance.batching import PrefillBatcher
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from distsim.engine.lru import LruSet
+from distsim.instance.lru import LruSet
 
 
 class PrefixIndex:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from distsim.config.settings import SIGNALS, SignalSettings
-from distsim.engine.loop import PRIO_CLUSTER, EventLoop
+from distsim.events.loop import PRIO_CLUSTER, EventLoop
 
 
 class SignalBoard:

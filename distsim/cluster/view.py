@@ -14,7 +14,7 @@ import numpy as np
 
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
-from distsim.engine.loop import EventLoop
+from distsim.events.loop import EventLoop
 from distsim.request import Request
 
 

@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from distsim.engine.loop import PRIO_CLUSTER
 from distsim.errors import SimulationError
+from distsim.events.loop import PRIO_CLUSTER
 from distsim.instance.phase import Phase
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from distsim.engine.loop import PRIO_CLUSTER, PRIO_INSTANCE, EventLoop
 from distsim.errors import SimulationError
+from distsim.events.loop import PRIO_CLUSTER, PRIO_INSTANCE, EventLoop
 from distsim.instance.batching import PrefillBatcher, batching_on
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.decode_set import DecodeSet, ceil_div

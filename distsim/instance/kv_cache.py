@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from distsim.engine.lru import LruSet
+from distsim.instance.lru import LruSet
 
 
 class KVCache:

@@ -14,8 +14,8 @@ from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.config.settings import PolicySettings, SignalSettings
-from distsim.engine.loop import EventLoop
-from distsim.engine.rng import stream
+from distsim.events.loop import EventLoop
+from distsim.events.rng import stream
 from distsim.policies.base import PolicyContext
 from distsim.runtime.front import TypedFront, TypeRoute
 from distsim.runtime.replica import RuntimeReplica

@@ -18,8 +18,8 @@ from typing import Any
 from distsim.cluster.cluster import Cluster, Intake
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
-from distsim.engine.loop import PRIO_CLUSTER, EventLoop
 from distsim.errors import SimulationError
+from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.request import Request, Status
 from distsim.runtime.replica import RuntimeReplica
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from distsim.engine.loop import PRIO_INSTANCE, EventLoop
 from distsim.errors import SimulationError
+from distsim.events.loop import PRIO_INSTANCE, EventLoop
 from distsim.request import Request, Status
 from distsim.runtime.batcher import Batch, Batcher
 

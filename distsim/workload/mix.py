@@ -23,8 +23,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from distsim.config.workload import DistConfig, RequestTypeConfig
-from distsim.engine.rng import stream
 from distsim.errors import ConfigError
+from distsim.events.rng import stream
 from distsim.request import Request, new_typed_request
 from distsim.workload import checks
 from distsim.workload.lengths import Buffered, Sampler

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from distsim.config.workload import SessionConfig
-from distsim.engine.rng import stream
+from distsim.events.rng import stream
 from distsim.request import Request, new_request
 from distsim.workload import checks
 from distsim.workload.arrivals import build_arrivals, warn_unread_arrival

@@ -17,8 +17,8 @@ from itertools import islice
 
 import numpy as np
 
-from distsim.engine.rng import stream
 from distsim.errors import ConfigError, InputFileError
+from distsim.events.rng import stream
 from distsim.request import Request, new_request, new_typed_request
 from distsim.workload import checks
 from distsim.workload.keys import UniqueKeys, trace_block_keys

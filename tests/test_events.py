@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from distsim.engine.loop import PRIO_ARRIVAL, PRIO_INSTANCE, EventLoop
-from distsim.engine.rng import stream
 from distsim.errors import SimulationError
+from distsim.events.loop import PRIO_ARRIVAL, PRIO_INSTANCE, EventLoop
+from distsim.events.rng import stream
 
 
 def test_events_run_by_time_then_priority_then_schedule_order():
@@ -63,6 +63,6 @@ def test_rng_seed_is_fixed_across_processes():
     import subprocess
     import sys
 
-    code = "from distsim.engine.rng import stream; print(stream(0, 'workload').integers(0, 10**9))"
+    code = "from distsim.events.rng import stream; print(stream(0, 'workload').integers(0, 10**9))"
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": s, "PATH": ""}).stdout for s in ("1", "2")}
     assert len(outs) == 1 and outs.pop().strip() == str(stream(0, "workload").integers(0, 10**9))

@@ -1,1 +1,0 @@
-"""Event core: integer-microsecond clock, the event heap and partitioned RNG streams."""
