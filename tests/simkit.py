@@ -8,23 +8,19 @@ from omegaconf import OmegaConf
 
 from distsim.catalog.hardware import HardwareSpec
 from distsim.catalog.models import ModelSpec
+from distsim.cells import settings as cells_settings
 from distsim.cells.build import build_world
+from distsim.cluster import settings as cluster_settings
 from distsim.cluster.cluster import Cluster
 from distsim.cluster.pools import PoolSpec
-from distsim.config import checks
+from distsim.cluster.settings import FrontendSettings, PolicySettings, SignalSettings, TransferSettings
 from distsim.config.schema import CellsConfig, PolicyConfig, SignalsConfig
-from distsim.config.settings import (
-    FrontendSettings,
-    PolicySettings,
-    SignalSettings,
-    SloDefaults,
-    TransferSettings,
-)
 from distsim.events.loop import EventLoop
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.linear import LinearLatency
 from distsim.metrics.recorder import Recorder
 from distsim.request import Request
+from distsim.workload.settings import SloDefaults
 
 
 @dataclass
@@ -62,14 +58,14 @@ def policy(routing: str = "round_robin", admission: str = "always", trace: bool 
     node.routing.kind, node.admission.kind, node.trace_decisions = routing, admission, trace
     for key, value in kw.items():
         (node.routing if key.startswith("r_") else node.admission)[key[2:]] = value
-    return checks.policy(node)
+    return cluster_settings.policy(node)
 
 
 def signals(interval_ms: float = 0.0, delay_ms: float = 0.0, jitter_ms: float = 0.0, per_signal=None) -> SignalSettings:
     node = OmegaConf.structured(SignalsConfig)
     node.refresh_interval_ms, node.transport_delay_ms, node.jitter_ms = interval_ms, delay_ms, jitter_ms
     node.per_signal = per_signal or {}
-    return checks.signals(node)
+    return cluster_settings.signals(node)
 
 
 def cell_settings(pools: list, **keys):
@@ -78,7 +74,7 @@ def cell_settings(pools: list, **keys):
     node = OmegaConf.structured(CellsConfig)
     for key, value in keys.items():
         OmegaConf.update(node, key.replace("__", "."), value)
-    return checks.cells(node, pools)
+    return cells_settings.cells(node, pools)
 
 
 def transfer(bandwidth_gbps: float, latency_us: float) -> TransferSettings:

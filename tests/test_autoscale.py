@@ -20,8 +20,8 @@ from distsim.autoscale.kinds.target_utilization import TargetParams, TargetUtili
 from distsim.autoscale.replicas import OFF, SERVING
 from distsim.autoscale.schema import AutoscaleConfig
 from distsim.autoscale.settings import resolve_autoscale
+from distsim.cluster import settings as cluster_settings
 from distsim.cluster.pools import PoolSpec
-from distsim.config import checks
 from distsim.config.schema import PolicyConfig
 from distsim.errors import ConfigError, ConfigWarning, SimulationError
 from distsim.instance.latency.linear import LinearLatency
@@ -159,7 +159,7 @@ def test_hedged_copies_on_a_draining_replica_are_let_go_and_it_still_leaves():
     node = OmegaConf.structured(PolicyConfig)
     node.hedge.delay_ms = 0.5  # most requests get a copy, many of them on replicas about to drain
     spec = pool(3, kind="scheduled", min=1, max=3, schedule=[[0.03, 1]], interval_s=1.0, cooldown_s=0.0)
-    sim = run(steady(200, MS, prompt=200), pools=[spec], policy_cfg=checks.policy(node), after_event=checked())
+    sim = run(steady(200, MS, prompt=200), pools=[spec], policy_cfg=cluster_settings.policy(node), after_event=checked())
     df = sim.recorder.table()
     assert (df["status"] == "completed").all() and len(df) == 200
     assert sim.cluster.hedger.copies_sent > 0

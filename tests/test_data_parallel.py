@@ -20,10 +20,10 @@ from simkit import FAKE_HW, tiny_model
 
 from distsim import load_config, simulate
 from distsim.config.scenario import resolve
-from distsim.config.settings import PolicyChoice
 from distsim.errors import ConfigError
 from distsim.fidelity.readers import read_run
 from distsim.policies.base import PolicyParams, Router
+from distsim.policies.settings import PolicyChoice
 from distsim.request import Request
 
 FIX = Path(__file__).parent / "fixtures" / "fidelity"

@@ -12,7 +12,7 @@ import pytest
 from simkit import run
 
 from distsim import load_config, simulate
-from distsim.config.settings import FrontendSettings
+from distsim.cluster.settings import FrontendSettings
 from distsim.errors import ConfigError
 from distsim.request import Request
 

@@ -19,15 +19,16 @@ from raykit import sweep_on_local_ray
 from simkit import FAKE_HW, engine, run, tiny_model
 
 from distsim import load_config, simulate
+from distsim.cluster import checks
+from distsim.cluster import settings as cluster_settings
 from distsim.cluster.hedging import hedging_columns
 from distsim.cluster.pools import PoolSpec
-from distsim.config import checks
 from distsim.config.schema import PolicyConfig
-from distsim.config.settings import SloDefaults
 from distsim.errors import ConfigError
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
 from distsim.simulate import summary_json
+from distsim.workload.settings import SloDefaults
 
 LATENCY = LinearLatency(100.0, 2.0, 5.0)  # step = 100 us + 2 us per prefill token + 5 us per decoder
 
@@ -37,7 +38,7 @@ def hedge_policy(routing: str = "round_robin", **hedge) -> object:
     node.routing.kind = routing
     for key, value in hedge.items():
         node.hedge[key] = value
-    return checks.policy(node)
+    return cluster_settings.policy(node)
 
 
 def bursty(n: int = 300, seed: int = 0, shared: bool = False) -> list[Request]:

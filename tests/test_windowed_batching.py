@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 from simkit import FAKE_HW, engine, run, tiny_model, transfer
 
 from distsim import load_config, simulate
+from distsim.cluster import settings as cluster_settings
 from distsim.cluster.pools import PoolSpec
-from distsim.config import checks
 from distsim.config.schema import PolicyConfig
 from distsim.errors import ConfigError
 from distsim.instance.latency.linear import LinearLatency
@@ -230,7 +230,7 @@ def test_hedge_copies_cancelled_while_held_leave_the_batch_and_every_invariant_h
     node.hedge.delay_ms, node.hedge.max_copies = 0.3, 3
     params = windowed(4, 2_000, max_num_seqs=6, max_num_batched_tokens=48, total_kv_blocks=60)
     probe = BatchObserver(4, 2_000, 48)
-    sim = run(_traffic(7, n=200, gap_us=150.0, shared=True), params, instances=3, policy_cfg=checks.policy(node),
+    sim = run(_traffic(7, n=200, gap_us=150.0, shared=True), params, instances=3, policy_cfg=cluster_settings.policy(node),
               after_event=probe)
     assert (sim.recorder.table()["status"] == "completed").all()
     copies = [c for g in sim.cluster.hedger.groups.values() for c in g.copies[1:]]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from distsim.config import checks
+from distsim.config import validators
 from distsim.errors import ConfigError
 
 
@@ -39,16 +39,16 @@ def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_by
     if node is None:
         return None
     if node.get("kind") is None:  # what a pool that does not autoscale was given is not read
-        checks.warn_unread(node, key, ("kind",), f"{key}.kind is null (no autoscaling), which does not use it", AutoscaleConfig())
+        validators.warn_unread(node, key, ("kind",), f"{key}.kind is null (no autoscaling), which does not use it", AutoscaleConfig())
         return None
     cls = SCALERS.get(node.kind, f"{key}.kind")
     reads = {name for name, _, _ in COMMON} | set(cls.Params.__dataclass_fields__)
     if node.provision_s is not None:  # a given provisioning delay replaces the one from load_gbps and startup_s
         reads -= {"load_gbps", "startup_s"}
-    checks.warn_unread(node, key, reads, f"the autoscaler {node.kind!r} does not use it"
+    validators.warn_unread(node, key, reads, f"the autoscaler {node.kind!r} does not use it"
                        + (" (provision_s is given)" if node.provision_s is not None else ""), AutoscaleConfig())
-    low = checks.integer(f"{key}.min", node.min, low=1)
-    high = checks.integer(f"{key}.max", checks.required(f"{key}.max", node.max, "when autoscaling"), low=1)
+    low = validators.integer(f"{key}.min", node.min, low=1)
+    high = validators.integer(f"{key}.max", validators.required(f"{key}.max", node.max, "when autoscaling"), low=1)
     if high < low:
         raise ConfigError(f"{key}.max", f"must be >= min ({low}) (got {high})")
     if not low <= count <= high:
@@ -56,15 +56,15 @@ def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_by
     params = cls.Params.from_node(node)
     params.check(key)
     params.check_limits(key, low, high)
-    interval_us = round(checks.positive(f"{key}.interval_s", node.interval_s) * 1e6)
+    interval_us = round(validators.positive(f"{key}.interval_s", node.interval_s) * 1e6)
     if interval_us < 1000:  # an evaluation every few microseconds would swamp the run
         raise ConfigError(f"{key}.interval_s", f"must be at least 0.001 s (got {node.interval_s!r})")
-    cooldown_us = round(checks.non_negative(f"{key}.cooldown_s", node.cooldown_s) * 1e6)
+    cooldown_us = round(validators.non_negative(f"{key}.cooldown_s", node.cooldown_s) * 1e6)
     if node.provision_s is not None:
-        provision_s = checks.non_negative(f"{key}.provision_s", node.provision_s)
+        provision_s = validators.non_negative(f"{key}.provision_s", node.provision_s)
     else:
-        load = checks.positive(f"{key}.load_gbps", node.load_gbps) * 1e9
-        provision_s = weight_bytes_per_gpu / load + checks.non_negative(f"{key}.startup_s", node.startup_s)
+        load = validators.positive(f"{key}.load_gbps", node.load_gbps) * 1e9
+        provision_s = weight_bytes_per_gpu / load + validators.non_negative(f"{key}.startup_s", node.startup_s)
     return AutoscaleSettings(node.kind, cls, params, low, high, interval_us, cooldown_us, round(provision_s * 1e6), key)
 
 

@@ -23,19 +23,14 @@ from distsim.cells.base import FrontContext
 from distsim.cells.directory import CellDirectory
 from distsim.cells.fleet import CellSink, Fleet
 from distsim.cells.network import Network
+from distsim.cells.settings import CellSettings
 from distsim.cluster.build import assemble, build_cluster, build_instances
 from distsim.cluster.cluster import Cluster
-from distsim.config.settings import (
-    CellSettings,
-    FrontendSettings,
-    PolicySettings,
-    SignalSettings,
-    SloDefaults,
-    TransferSettings,
-)
+from distsim.cluster.settings import FrontendSettings, PolicySettings, SignalSettings, TransferSettings
 from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.instance.instance import Instance
+from distsim.workload.settings import SloDefaults
 
 
 def build_world(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from distsim.config.settings import CellSettings
+from distsim.cells.settings import CellSettings
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 
 

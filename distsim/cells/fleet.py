@@ -26,8 +26,8 @@ from typing import Any
 
 from distsim.cells.directory import CellDirectory
 from distsim.cells.network import Network
+from distsim.cells.settings import CellSettings
 from distsim.cluster.cluster import Cluster, Intake, decision_table, warn_refusals
-from distsim.config.settings import CellSettings
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.request import Request, Status

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distsim.config.settings import CellSettings
+from distsim.cells.settings import CellSettings
 from distsim.events.rng import stream
 
 _BLOCK = 4096  # jitter draws per numpy call

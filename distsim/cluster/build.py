@@ -17,22 +17,17 @@ from distsim.cluster.cluster import NO_FRONTEND, Cluster, Routes
 from distsim.cluster.hedging import Hedger
 from distsim.cluster.mig import instance_slices, price_per_hour
 from distsim.cluster.prefix_index import PrefixIndex
+from distsim.cluster.settings import FrontendSettings, PolicySettings, SignalSettings, TransferSettings
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
-from distsim.config.settings import (
-    FrontendSettings,
-    PolicyChoice,
-    PolicySettings,
-    SignalSettings,
-    SloDefaults,
-    TransferSettings,
-)
 from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
 from distsim.policies.base import PolicyContext
+from distsim.policies.settings import PolicyChoice
+from distsim.workload.settings import SloDefaults
 
 PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as llm-d's approximate scorer
 

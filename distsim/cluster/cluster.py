@@ -20,9 +20,9 @@ import numpy as np
 from distsim.cluster.data_parallel import DataParallelBalancer
 from distsim.cluster.hedging import Hedger
 from distsim.cluster.prefix_index import PrefixIndex
+from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
-from distsim.config.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.errors import SimulationError, warn_config
 from distsim.events.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.instance.batching import PrefillBatcher

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from distsim.config.settings import HedgeSettings
+from distsim.cluster.settings import HedgeSettings
 from distsim.errors import SimulationError
 from distsim.request import Request, Status
 

@@ -8,9 +8,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from distsim.autoscale.settings import resolve_autoscale
+from distsim.cluster import checks
 from distsim.cluster.footprint import check_instances_fit
 from distsim.cluster.mig import check_fits, place_pools, refuse_with_cells, resolve_mig
-from distsim.config import checks
 from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from distsim.config.settings import SIGNALS, SignalSettings
+from distsim.cluster.settings import SIGNALS, SignalSettings
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 
 

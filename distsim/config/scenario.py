@@ -1,38 +1,48 @@
 """Resolve, then build: the whole composed config becomes one frozen, typed :class:`Scenario`.
 
-:func:`resolve` checks every section (:mod:`distsim.config.checks`), loads the model and hardware
-catalogs, derives the KV capacity of each pool, builds the step-time models and validates the workload
-(reading a trace through once), and returns values only: nothing that simulates exists yet. A mistake
-anywhere is a ConfigError or InputFileError before the first event; a sweep driver resolves each
-configuration before its first job for the same reason. :func:`distsim.simulate.run` then builds the
-world from the scenario.
+:func:`resolve` composes what each feature checks of its own config section into frozen settings in its
+own package: the simulation's controls (distsim.config.settings), the fitness (distsim.metrics.settings), the
+signals, the P/D link, the front end and the policies (distsim.cluster.settings), the batching-runtime pools
+(distsim.runtime.settings), the vLLM pools with their catalog entries, KV capacity and step-time models
+(distsim.cluster.pools, with the engine checks of distsim.cluster.checks and each pool's autoscaling,
+distsim.autoscale.settings), the cells (distsim.cells.settings), the workload (read through once) and its SLO
+defaults (distsim.workload.settings), then the checks that span them. It returns values only: nothing that
+simulates exists yet. A mistake anywhere is a ConfigError or InputFileError before the first event; a sweep
+driver resolves each configuration before its first job for the same reason. :func:`distsim.simulate.run`
+then builds the world from the scenario.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from distsim.config import checks
-from distsim.config.settings import (
-    CellSettings,
-    FitnessSettings,
-    FrontendSettings,
-    PolicySettings,
-    SignalSettings,
-    SimSettings,
-    SloDefaults,
-    TransferSettings,
-)
+from distsim.autoscale.settings import refuse_unsupported
+from distsim.cells import settings as cells_settings
+from distsim.cells.settings import CellSettings
+from distsim.cluster import checks
+from distsim.cluster import settings as cluster_settings
+from distsim.cluster.pools import PoolSpec, resolve_pools
+from distsim.config.settings import SimSettings, sim_settings
+from distsim.metrics import settings as metrics_settings
 from distsim.request import Request
+from distsim.workload.settings import slo_defaults
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from distsim.cluster.settings import FrontendSettings, PolicySettings, SignalSettings, TransferSettings
+    from distsim.metrics.settings import FitnessSettings
+    from distsim.runtime.settings import RuntimePoolSpec
+    from distsim.workload.settings import SloDefaults
 
 
 @dataclass(frozen=True)
 class Scenario:
     """Everything one simulation needs, checked and typed."""
 
-    pools: tuple[Any, ...]  # distsim.cluster.pools.PoolSpec, one per pool, in config order
+    pools: tuple[PoolSpec, ...]  # one per vLLM pool, in config order
     workload: Iterable[Request]  # a restartable request source (or a fixed list the caller gave)
     policy: PolicySettings
     signals: SignalSettings
@@ -42,7 +52,7 @@ class Scenario:
     sim: SimSettings
     slo: SloDefaults
     cells: CellSettings = CellSettings()  # the cell layer (count 1: none)
-    runtimes: tuple[Any, ...] = ()  # distsim.runtime.settings.RuntimePoolSpec: batching-runtime pools (none: LLM only)
+    runtimes: tuple[RuntimePoolSpec, ...] = ()  # batching-runtime pools (none: LLM only)
     typed: bool = False  # request types in play (workload.mix, or typed requests given): type columns and summary
 
     @property
@@ -50,22 +60,19 @@ class Scenario:
         return self.sim.seed
 
 
-def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
+def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scenario:
     """Check the composed config ``cfg`` (see load_config) and resolve it into a Scenario.
 
     ``requests`` replaces the configured workload (tests and validation feed exact request lists);
     the workload config is then not read.
     """
-    from distsim.autoscale.settings import refuse_unsupported
-    from distsim.cluster.pools import resolve_pools
-
-    sim = checks.sim(cfg)
-    fitness = checks.fitness(cfg.fitness)
-    signals = checks.signals(cfg.signals)
-    transfer = checks.transfer(cfg.cluster.kv_transfer)
-    frontend = checks.frontend(cfg.cluster.frontend)
-    policy = checks.policy(cfg.policy)
-    runtimes: tuple = ()
+    sim = sim_settings(cfg)
+    fitness = metrics_settings.fitness(cfg.fitness)
+    signals = cluster_settings.signals(cfg.signals)
+    transfer = cluster_settings.transfer(cfg.cluster.kv_transfer)
+    frontend = cluster_settings.frontend(cfg.cluster.frontend)
+    policy = cluster_settings.policy(cfg.policy)
+    runtimes: tuple[RuntimePoolSpec, ...] = ()
     if cfg.cluster.pools:  # a list of pools may hold batching runtimes (imported only then: it costs every run)
         from distsim.runtime.settings import resolve_runtime_pools
 
@@ -76,13 +83,13 @@ def resolve(cfg: Any, requests: Iterable[Request] | None = None) -> Scenario:
         from distsim.cluster.mig import place_pools
 
         place_pools([*pools, *runtimes])
-    cells = checks.cells(cfg.cluster.cells, pools)
+    cells = cells_settings.cells(cfg.cluster.cells, pools)
     refuse_unsupported(cells, sim, pools)
     if requests is None:
         from distsim.workload import build_workload
 
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
-    slo = checks.slo_defaults(cfg.workload)
+    slo = slo_defaults(cfg.workload)
     checks.hedging_fits(policy, pools, slo)
     typed = False
     if runtimes or getattr(requests, "mix", None) is not None or getattr(requests, "types_seen", None) \

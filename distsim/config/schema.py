@@ -1,8 +1,9 @@
 """The root config schema.
 
 Hydra composes ``conf/config.yaml`` on top of :class:`Config` (registered as ``distsim_schema``), so
-every key below exists in the composed config and is type-checked by OmegaConf. Subsystems validate
-their own values when they are built and raise :class:`distsim.errors.ConfigError` naming the key.
+every key below exists in the composed config and is type-checked by OmegaConf. Each feature checks its
+own section's values into frozen settings in its own package, and :func:`distsim.config.scenario.resolve`
+composes them; a bad value raises :class:`distsim.errors.ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class KVTransferConfig:
 
 @dataclass
 class FrontendConfig:
-    """Costs outside the engine, as a client measures (distsim.config.settings.FrontendSettings): per
+    """Costs outside the engine, as a client measures (distsim.cluster.settings.FrontendSettings): per
     request and per prompt token before the engine queues a request, per output token after it emits one."""
 
     # fitted on the real vLLM runs on H100 with roofline3's terms (docs/fidelity.md; docs/data/h100_jointfit.json);
@@ -192,7 +193,7 @@ def _policy_node(name: str, base: list[tuple[str, type, Any]], registry_name: st
     """The schema of ``policy.routing`` or ``policy.admission``: ``base`` keys, then the union of every
     registered policy's parameters (its ``Params`` dataclass), each null (or {}) unless set, so every
     key exists in the composed config and a new policy with parameters needs no edit here."""
-    from distsim.policies import base as policies
+    from distsim.policies import registry as policies
 
     registry = getattr(policies, registry_name)  # it imports its members on first lookup
     union: dict[str, Any] = {}

@@ -1,7 +1,9 @@
 """Small validators of config values: each returns the checked value or raises ConfigError naming the key.
 
-A module of its own so that config modules which checks.py itself imports (distsim.config.window) can use
-them without an import circle; checks.py re-exports them, so ``checks.number`` keeps working.
+The bottom of the config layers (docs/reading_guide.md, "The layers"): every feature's settings module
+(distsim.cluster.settings, distsim.autoscale.settings, distsim.runtime.settings, ...), the workload's modules
+(through distsim.workload.checks), the plug-ins' parameters and the sim section's own checks
+(distsim.config.window, distsim.config.timeline) use these; they import nothing of distsim but its errors.
 """
 
 from __future__ import annotations

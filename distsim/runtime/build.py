@@ -11,9 +11,9 @@ import numpy as np
 
 from distsim.cluster.build import PREFIX_CHUNK_TOKENS
 from distsim.cluster.prefix_index import PrefixIndex
+from distsim.cluster.settings import PolicySettings, SignalSettings
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
-from distsim.config.settings import PolicySettings, SignalSettings
 from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.policies.base import PolicyContext

@@ -9,7 +9,7 @@ from typing import Any
 from distsim.catalog import load_hardware
 from distsim.catalog.mig import slice_hardware
 from distsim.catalog.runtime_models import RuntimeModelSpec, load_runtime_model
-from distsim.config import checks
+from distsim.config import validators
 from distsim.errors import ConfigError
 from distsim.runtime.curves.base import CurveContext, ServiceCurve
 from distsim.runtime.curves.registry import CURVES
@@ -51,7 +51,7 @@ def is_runtime(raw: Any) -> bool:
 
 
 def pool_kind(raw: Any, key: str) -> str:
-    return checks.choice(f"{key}.kind", raw.get("kind", "vllm"), POOL_KINDS)
+    return validators.choice(f"{key}.kind", raw.get("kind", "vllm"), POOL_KINDS)
 
 
 def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
@@ -61,13 +61,13 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
             raise ConfigError(f"{key}.{name}", "a runtime pool has no vLLM engine; set its runtime.* keys instead")
     if raw.get("role", "mixed") != "mixed":
         raise ConfigError(f"{key}.role", "a runtime pool has no P/D role (leave it mixed)")
-    model = load_runtime_model(checks.required(f"{key}.model", raw.get("model"), "for a runtime pool"), f"{key}.model")
+    model = load_runtime_model(validators.required(f"{key}.model", raw.get("model"), "for a runtime pool"), f"{key}.model")
     hardware = load_hardware(raw.get("hardware") or cluster.hardware, f"{key}.hardware" if raw.get("hardware") else "cluster.hardware")
     rt = raw.runtime
-    count = checks.integer(f"{key}.count", raw["count"], low=1)
-    max_batch = checks.integer(f"{key}.runtime.max_batch_size", rt.max_batch_size, low=1)
-    window_ms = checks.non_negative(f"{key}.runtime.batch_window_ms", rt.batch_window_ms)
-    concurrency = checks.integer(f"{key}.runtime.concurrency", rt.concurrency, low=1)
+    count = validators.integer(f"{key}.count", raw["count"], low=1)
+    max_batch = validators.integer(f"{key}.runtime.max_batch_size", rt.max_batch_size, low=1)
+    window_ms = validators.non_negative(f"{key}.runtime.batch_window_ms", rt.batch_window_ms)
+    concurrency = validators.integer(f"{key}.runtime.concurrency", rt.concurrency, low=1)
     mig = _mig(raw, hardware, key)
     if mig is not None:  # each replica runs on a slice: the GPU scaled by the profile
         hardware = slice_hardware(hardware, mig.profile)
@@ -79,7 +79,7 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
     curve_key = f"{key}.runtime.curve"
     curve = CURVES.get(rt.curve.kind, f"{curve_key}.kind")(rt.curve, CurveContext(model, hardware, max_batch, curve_key))
     if rt.curve.kind in CURVE_READS:
-        checks.warn_unread(rt.curve, curve_key, ("kind", *CURVE_READS[rt.curve.kind]), f"the {rt.curve.kind} curve does not use it")
+        validators.warn_unread(rt.curve, curve_key, ("kind", *CURVE_READS[rt.curve.kind]), f"the {rt.curve.kind} curve does not use it")
     serves = rt.serves or model.modality
     if serves == "llm":
         raise ConfigError(f"{key}.runtime.serves", "LLM requests go to vLLM pools; name a non-LLM type")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from distsim.autoscale.base import Scaler, ScalerParams
 from distsim.autoscale.registry import SCALERS
-from distsim.config import checks
+from distsim.config import validators
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ class QueueSloParams(ScalerParams):
     scale_down_outstanding: float = 8.0  # scale down below this many outstanding requests per serving replica
 
     def check(self, key: str) -> None:
-        checks.positive(f"{key}.queue_per_replica", self.queue_per_replica)
-        checks.fraction(f"{key}.max_ttft_miss_rate", self.max_ttft_miss_rate)
-        checks.positive(f"{key}.scale_down_outstanding", self.scale_down_outstanding)
+        validators.positive(f"{key}.queue_per_replica", self.queue_per_replica)
+        validators.fraction(f"{key}.max_ttft_miss_rate", self.max_ttft_miss_rate)
+        validators.positive(f"{key}.scale_down_outstanding", self.scale_down_outstanding)
 
 
 @SCALERS.register("queue_slo")

@@ -11,7 +11,7 @@ from typing import Any
 
 from distsim.autoscale.base import Scaler, ScalerParams
 from distsim.autoscale.registry import SCALERS
-from distsim.config import checks
+from distsim.config import validators
 from distsim.errors import ConfigError
 
 
@@ -23,15 +23,15 @@ class ScheduleParams(ScalerParams):
         return [(float(t), int(n)) for t, n in self.schedule or ()]
 
     def check(self, key: str) -> None:
-        entries = checks.required(f"{key}.schedule", self.schedule, "by the scheduled autoscaler")
+        entries = validators.required(f"{key}.schedule", self.schedule, "by the scheduled autoscaler")
         if isinstance(entries, str) or not isinstance(entries, Sequence) or not entries:
             raise ConfigError(f"{key}.schedule", f"must be a non-empty list of [time_s, replicas] (got {entries!r})")
         last = -1.0
         for i, entry in enumerate(entries):
             if isinstance(entry, str) or not isinstance(entry, Sequence) or len(entry) != 2:
                 raise ConfigError(f"{key}.schedule[{i}]", f"must be [time_s, replicas] (got {entry!r})")
-            t = checks.non_negative(f"{key}.schedule[{i}][0]", entry[0])
-            checks.integer(f"{key}.schedule[{i}][1]", entry[1], low=1)
+            t = validators.non_negative(f"{key}.schedule[{i}][0]", entry[0])
+            validators.integer(f"{key}.schedule[{i}][1]", entry[1], low=1)
             if t <= last:
                 raise ConfigError(f"{key}.schedule[{i}][0]", f"times must increase (got {t:g} after {last:g})")
             last = t

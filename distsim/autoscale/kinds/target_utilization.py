@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from distsim.autoscale.base import SCALING_SIGNALS, Scaler, ScalerParams
 from distsim.autoscale.registry import SCALERS
-from distsim.config import checks
+from distsim.config import validators
 from distsim.errors import ConfigError
 
 
@@ -24,11 +24,11 @@ class TargetParams(ScalerParams):
     tolerance: float = 0.1  # no change while mean / target is within 1 +- tolerance
 
     def check(self, key: str) -> None:
-        checks.choice(f"{key}.signal", self.signal, SCALING_SIGNALS)
-        target = checks.positive(f"{key}.target", checks.required(f"{key}.target", self.target, "by target_utilization"))
+        validators.choice(f"{key}.signal", self.signal, SCALING_SIGNALS)
+        target = validators.positive(f"{key}.target", validators.required(f"{key}.target", self.target, "by target_utilization"))
         if self.signal == "kv_utilization" and target > 1:
             raise ConfigError(f"{key}.target", f"a KV utilisation target must be in (0, 1] (got {target!r})")
-        tol = checks.non_negative(f"{key}.tolerance", self.tolerance)
+        tol = validators.non_negative(f"{key}.tolerance", self.tolerance)
         if tol >= 1:
             raise ConfigError(f"{key}.tolerance", f"must be < 1 (got {tol!r})")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distsim.config import checks
+from distsim.config import validators
 from distsim.runtime.curves.base import CurveContext, ServiceCurve, to_us
 from distsim.runtime.curves.registry import CURVES
 
@@ -20,5 +20,5 @@ class FixedCurve(ServiceCurve):
 
 @CURVES.register("fixed")
 def fixed(cfg, ctx: CurveContext) -> FixedCurve:
-    checks.required(f"{ctx.key}.batch_ms", cfg.batch_ms, "for curve kind fixed")
-    return FixedCurve(to_us(checks.positive(f"{ctx.key}.batch_ms", cfg.batch_ms)))
+    validators.required(f"{ctx.key}.batch_ms", cfg.batch_ms, "for curve kind fixed")
+    return FixedCurve(to_us(validators.positive(f"{ctx.key}.batch_ms", cfg.batch_ms)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distsim.config import checks
+from distsim.config import validators
 from distsim.runtime.curves.base import CurveContext, ServiceCurve, to_us
 from distsim.runtime.curves.registry import CURVES
 
@@ -47,14 +47,14 @@ class RooflineCurve(ServiceCurve):
 def _efficiency(key: str, value: float | None, default: float) -> float:
     if value is None:
         return default
-    x = checks.positive(key, value)
-    return min(x, 1.0) if x <= 1.0 else checks.fraction(key, x)
+    x = validators.positive(key, value)
+    return min(x, 1.0) if x <= 1.0 else validators.fraction(key, x)
 
 
 @CURVES.register("roofline")
 def roofline(cfg, ctx: CurveContext) -> RooflineCurve:
     ce = _efficiency(f"{ctx.key}.compute_efficiency", cfg.compute_efficiency, DEFAULT_COMPUTE_EFFICIENCY)
     me = _efficiency(f"{ctx.key}.memory_efficiency", cfg.memory_efficiency, DEFAULT_MEMORY_EFFICIENCY)
-    overhead = DEFAULT_OVERHEAD_MS if cfg.overhead_ms is None else checks.non_negative(f"{ctx.key}.overhead_ms", cfg.overhead_ms)
+    overhead = DEFAULT_OVERHEAD_MS if cfg.overhead_ms is None else validators.non_negative(f"{ctx.key}.overhead_ms", cfg.overhead_ms)
     hw = ctx.hardware
     return RooflineCurve(hw.peak_flops * ce, hw.mem_bw_bytes_per_s * me, overhead / 1000.0, ctx.model)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distsim.config import checks
+from distsim.config import validators
 from distsim.errors import ConfigError
 from distsim.runtime.curves.base import CurveContext, ServiceCurve, to_us
 from distsim.runtime.curves.registry import CURVES
@@ -33,15 +33,15 @@ def _ascending(key: str, values: list[float]) -> list[float]:
 @CURVES.register("table")
 def table(cfg, ctx: CurveContext) -> TableCurve:
     key = ctx.key
-    batches = checks.required(f"{key}.batch_sizes", cfg.batch_sizes, "for curve kind table")
-    batches = _ascending(f"{key}.batch_sizes", [checks.integer(f"{key}.batch_sizes[{i}]", b, low=1) for i, b in enumerate(batches)])
-    sizes = _ascending(f"{key}.sizes", checks.number_list(f"{key}.sizes", checks.required(f"{key}.sizes", cfg.sizes, "for curve kind table")))
-    grid = checks.required(f"{key}.ms", cfg.ms, "for curve kind table")
+    batches = validators.required(f"{key}.batch_sizes", cfg.batch_sizes, "for curve kind table")
+    batches = _ascending(f"{key}.batch_sizes", [validators.integer(f"{key}.batch_sizes[{i}]", b, low=1) for i, b in enumerate(batches)])
+    sizes = _ascending(f"{key}.sizes", validators.number_list(f"{key}.sizes", validators.required(f"{key}.sizes", cfg.sizes, "for curve kind table")))
+    grid = validators.required(f"{key}.ms", cfg.ms, "for curve kind table")
     if len(grid) != len(batches):
         raise ConfigError(f"{key}.ms", f"needs one row per batch size ({len(batches)}), got {len(grid)}")
     rows = []
     for i, row in enumerate(grid):
-        values = checks.number_list(f"{key}.ms[{i}]", row, strict=True)
+        values = validators.number_list(f"{key}.ms[{i}]", row, strict=True)
         if len(values) != len(sizes):
             raise ConfigError(f"{key}.ms[{i}]", f"needs one value per size ({len(sizes)}), got {len(values)}")
         rows.append(values)

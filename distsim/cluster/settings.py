@@ -1,0 +1,153 @@
+"""The cluster's config sections checked into typed, frozen settings (resolve, then build).
+
+``signals.*`` (how fresh the instance-reported signals are), ``cluster.kv_transfer.*`` (the P/D link),
+``cluster.frontend.*`` (costs outside the engine) and ``policy.*`` (routing and admission, each a
+distsim.policies.settings.PolicyChoice, and hedging). Values carry their units in their names
+(microseconds, bytes per second); the cluster's builders take these and never read raw config. Checks that
+need the resolved pools too are in distsim.cluster.checks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from distsim.config.validators import choice, integer, ms_to_us, non_negative, positive
+from distsim.errors import ConfigError
+from distsim.policies.registry import ADMISSIONS, ROUTERS
+from distsim.policies.settings import PolicyChoice, policy_choice
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued_tokens")
+HEDGE_TARGETS = ("router", "least_outstanding", "random")
+
+
+@dataclass(frozen=True)
+class SignalSettings:
+    """How fresh instance-reported signals are: per signal (interval_us, jitter_us), 0 = read live;
+    a scrape becomes visible ``transport_delay_us`` after it is taken."""
+
+    cadence: dict[str, tuple[int, int]] = field(default_factory=lambda: {name: (0, 0) for name in SIGNALS})
+    transport_delay_us: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.transport_delay_us == 0 and all(interval == 0 for interval, _ in self.cadence.values())
+
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """The P/D KV link: time = latency_us + bytes / bandwidth (bytes of the prompt's KV per GPU)."""
+
+    bandwidth_bytes_per_s: float = 50e9
+    latency_us: float = 10.0
+
+
+@dataclass(frozen=True)
+class FrontendSettings:
+    """Time a request spends outside the engine, as a client measures it: the server's ingestion (a fixed
+    cost per request plus tokenisation per prompt token) before the engine queues the request, and the
+    detokenisation and streaming of each output token after the engine emits it. The per-token lag is the
+    same for every token, so TTFT and E2E grow by it and TPOT does not. All zero: the engine's own times."""
+
+    request_us: float = 0.0
+    per_input_token_us: float = 0.0
+    per_output_token_us: float = 0.0
+
+    @property
+    def ingests(self) -> bool:
+        return self.request_us > 0 or self.per_input_token_us > 0
+
+    def ingest_us(self, prompt_tokens: int) -> int:
+        """Microseconds from the request's arrival until the engine can queue it."""
+        return math.floor(self.request_us + self.per_input_token_us * prompt_tokens + 0.5)
+
+    @property
+    def output_lag_us(self) -> int:
+        return math.floor(self.per_output_token_us + 0.5)
+
+
+@dataclass(frozen=True)
+class HedgeSettings:
+    """Hedged requests: after ``delay_us`` (or ``slo_fraction`` of the request's TTFT SLO) without a first
+    token, another copy, up to ``max_copies`` in all, goes to an instance chosen by ``target``."""
+
+    slo_fraction: float | None = None
+    delay_us: int | None = None
+    max_copies: int = 2
+    target: str = "router"
+
+    @property
+    def enabled(self) -> bool:
+        return self.slo_fraction is not None or self.delay_us is not None
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    routing: PolicyChoice
+    admission: PolicyChoice
+    trace_decisions: bool = False
+    hedge: HedgeSettings = HedgeSettings()
+
+    @property
+    def dispatch_us(self) -> int:
+        return self.admission.latency_us + self.routing.latency_us
+
+
+def signals(cfg: DictConfig) -> SignalSettings:
+    """``signals.*``: per signal (interval_us, jitter_us), and the transport delay."""
+    interval = ms_to_us("signals.refresh_interval_ms", cfg.refresh_interval_ms)
+    jitter = ms_to_us("signals.jitter_ms", cfg.jitter_ms)
+    if jitter and jitter >= interval:
+        raise ConfigError("signals.jitter_ms", f"must be smaller than refresh_interval_ms (got {cfg.jitter_ms})")
+    cadence = {name: (interval, jitter) for name in SIGNALS}
+    for name, spec in (cfg.per_signal or {}).items():
+        key = f"signals.per_signal.{name}"
+        if name not in cadence:
+            raise ConfigError(key, f"unknown signal; known: {', '.join(SIGNALS)}")
+        spec = spec or {}
+        unknown = set(spec) - {"interval_ms", "jitter_ms"}
+        if unknown:
+            raise ConfigError(f"{key}.{sorted(unknown)[0]}", "unknown key; known: interval_ms, jitter_ms")
+        iv = ms_to_us(f"{key}.interval_ms", spec.get("interval_ms", cfg.refresh_interval_ms))
+        jt = ms_to_us(f"{key}.jitter_ms", spec.get("jitter_ms", 0))
+        if jt and jt >= iv:
+            raise ConfigError(f"{key}.jitter_ms", "must be smaller than interval_ms")
+        cadence[name] = (iv, jt)
+    return SignalSettings(cadence, ms_to_us("signals.transport_delay_ms", cfg.transport_delay_ms))
+
+
+def transfer(cfg: DictConfig) -> TransferSettings:
+    """``cluster.kv_transfer.*`` (used under P/D disaggregation)."""
+    bw = positive("cluster.kv_transfer.bandwidth_gbps", cfg.bandwidth_gbps)
+    return TransferSettings(bw * 1e9, non_negative("cluster.kv_transfer.latency_us", cfg.latency_us))
+
+
+def frontend(cfg: DictConfig) -> FrontendSettings:
+    """``cluster.frontend.*``: costs outside the engine, each >= 0."""
+    return FrontendSettings(
+        non_negative("cluster.frontend.request_us", cfg.request_us),
+        non_negative("cluster.frontend.per_input_token_us", cfg.per_input_token_us),
+        non_negative("cluster.frontend.per_output_token_us", cfg.per_output_token_us),
+    )
+
+
+def policy(cfg: DictConfig) -> PolicySettings:
+    """``policy.*``: the routing and admission classes with their checked parameters."""
+    routing = policy_choice(cfg.routing, "policy.routing", ROUTERS)
+    admission = policy_choice(cfg.admission, "policy.admission", ADMISSIONS)
+    return PolicySettings(routing, admission, bool(cfg.trace_decisions), hedge(cfg.hedge))
+
+
+def hedge(cfg: DictConfig) -> HedgeSettings:
+    """``policy.hedge.*``: one delay (a fraction of the TTFT SLO, or milliseconds), the copies, the target."""
+    key = "policy.hedge"
+    if cfg.delay_slo_fraction is not None and cfg.delay_ms is not None:
+        raise ConfigError(f"{key}.delay_ms", "give delay_slo_fraction or delay_ms, not both")
+    slo_fraction = None if cfg.delay_slo_fraction is None else positive(f"{key}.delay_slo_fraction", cfg.delay_slo_fraction)
+    delay = None if cfg.delay_ms is None else ms_to_us(f"{key}.delay_ms", cfg.delay_ms)
+    copies = integer(f"{key}.max_copies", cfg.max_copies, low=2)
+    return HedgeSettings(slo_fraction, delay, copies, choice(f"{key}.target", cfg.target, HEDGE_TARGETS))
