@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from distsim import outputs
 from distsim.cells.build import build_world
-from distsim.config.scenario import Scenario, resolve
 from distsim.events.loop import EventLoop
 from distsim.instance.instance import Instance
 from distsim.metrics.columns import Table
@@ -24,6 +23,7 @@ from distsim.metrics.tables import measure
 from distsim.metrics.window import WindowProbe
 from distsim.progress import ProgressLine, ProgressSettings, expected_end_us, expected_requests
 from distsim.request import Request
+from distsim.resolve import Scenario, resolve
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -98,7 +98,7 @@ def simulate(
     """Run the simulation that ``cfg`` (a composed config, see load_config) describes.
 
     ``requests`` replaces the configured workload (tests and validation feed exact request lists).
-    The whole config is resolved and checked (distsim.config.scenario.resolve) before anything is
+    The whole config is resolved and checked (distsim.resolve.resolve) before anything is
     built, so a mistake anywhere stops before the first event. ``progress``: draw a progress line on
     stderr while the events run (distsim.progress; ``python -m distsim`` sets it from sim.progress).
     """

@@ -14,10 +14,10 @@ import time
 
 from distsim import load_config
 from distsim.cluster.build import build_cluster
-from distsim.config.scenario import resolve
 from distsim.events.loop import EventLoop
 from distsim.metrics.recorder import Recorder
 from distsim.request import Request
+from distsim.resolve import resolve
 
 
 def per_decision_us(n: int, policy: str, decisions: int) -> float:

@@ -21,8 +21,8 @@ import argparse
 import numpy as np
 
 from distsim import load_config, simulate
-from distsim.config.scenario import resolve
 from distsim.errors import ConfigError
+from distsim.resolve import resolve
 
 LEAST = ["policy=least_loaded"]
 WEIGHTED = ["policy=weighted", "policy.routing.scorers.mig_penalty=2"]

@@ -206,7 +206,7 @@ def test_out_of_memory_advice_names_only_what_would_make_it_fit(overrides, wante
 def test_a_key_the_chosen_kind_does_not_read_warns(overrides, key, why):
     import re
 
-    from distsim.config.scenario import resolve
+    from distsim.resolve import resolve
 
     cfg = load_config([*TINY, *overrides])
     with pytest.warns(ConfigWarning, match=re.escape(f"{key}: is set, but {why}")):

@@ -14,11 +14,11 @@ from simkit import FAKE_HW, engine, run, tiny_model
 
 from distsim import load_config, simulate
 from distsim.cluster.pools import PoolSpec
-from distsim.config.scenario import resolve
 from distsim.errors import ConfigError, ConfigWarning, SimulationError
 from distsim.events.rng import stream
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
+from distsim.resolve import resolve
 from distsim.runner.rows import flatten
 from distsim.simulate import summary_json
 

@@ -19,12 +19,12 @@ import simkit
 from simkit import FAKE_HW, tiny_model
 
 from distsim import load_config, simulate
-from distsim.config.scenario import resolve
 from distsim.errors import ConfigError
 from distsim.fidelity.readers import read_run
 from distsim.policies.base import PolicyParams, Router
 from distsim.policies.settings import PolicyChoice
 from distsim.request import Request
+from distsim.resolve import resolve
 
 FIX = Path(__file__).parent / "fixtures" / "fidelity"
 MODEL = tiny_model(1000)

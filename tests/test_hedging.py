@@ -19,7 +19,6 @@ from raykit import sweep_on_local_ray
 from simkit import FAKE_HW, engine, run, tiny_model
 
 from distsim import load_config, simulate
-from distsim.cluster import checks
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.hedging import hedging_columns
 from distsim.cluster.pools import PoolSpec
@@ -27,6 +26,7 @@ from distsim.config.schema import PolicyConfig
 from distsim.errors import ConfigError
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
+from distsim.resolve import hedging_fits
 from distsim.simulate import summary_json
 from distsim.workload.settings import SloDefaults
 
@@ -233,6 +233,6 @@ def test_bad_hedge_settings_name_their_key(overrides, key):
 def test_a_delay_in_slo_fractions_needs_a_finite_ttft_slo():
     pools = [PoolSpec("p", 2, "mixed", FAKE_HW, tiny_model(1000), 1, engine(), LATENCY, "cluster")]
     with pytest.raises(ConfigError) as err:
-        checks.hedging_fits(hedge_policy(delay_slo_fraction=0.3), pools, SloDefaults())  # TTFT SLO: inf
+        hedging_fits(hedge_policy(delay_slo_fraction=0.3), pools, SloDefaults())  # TTFT SLO: inf
     assert err.value.key == "policy.hedge.delay_slo_fraction"
-    checks.hedging_fits(hedge_policy(delay_ms=5.0), pools, SloDefaults())  # a fixed delay needs none
+    hedging_fits(hedge_policy(delay_ms=5.0), pools, SloDefaults())  # a fixed delay needs none

@@ -5,7 +5,8 @@ Every module of distsim/ is read with ``ast``; each ``import`` and ``from ... im
 names the module a.b when it exists, else a). Imports under ``if TYPE_CHECKING:`` never run and are types
 only: they are left out. A module's layer is the one of the longest prefix below that covers it, so a
 feature package's schema and registry can sit at the bottom while its engine sits higher up. An arrow into a
-higher layer fails, naming the file, the line, the import and both layers.
+higher layer fails, naming the file, the line, the import and both layers. The package's face (distsim itself)
+is the one exception: every import runs it first, and what it holds of its own any layer may read.
 """
 
 from __future__ import annotations
@@ -21,25 +22,28 @@ FACE = "distsim"
 
 # Lowest first. A module may import its own layer and the layers below it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # errors, the plug-in registry, the request record, file input and output: the ground every layer stands on
-    ("base", ("distsim.errors", "distsim.registry", "distsim.request", "distsim.inputs", "distsim.outputs",
-              "distsim.run_dir", "distsim.progress", "distsim.report_table", "distsim.metrics.columns")),
-    # validators, the config schema (Hydra's dataclasses), the sim section's settings, composition; the feature
-    # schemas the root schema holds and the registries whose members' parameters make up their keys; the
-    # autoscale node's settings, which every pool's resolution (distsim.cluster.pools) checks
-    ("schema", ("distsim.config", "distsim.autoscale.schema", "distsim.autoscale.registry", "distsim.autoscale.settings",
-                "distsim.runtime.schema", "distsim.policies.registry")),
+    # errors, the plug-in registries' machinery, the small config validators, the request record, file input and
+    # output: the ground every layer stands on
+    ("base", ("distsim.errors", "distsim.registry", "distsim.validators", "distsim.request", "distsim.inputs",
+              "distsim.outputs", "distsim.run_dir", "distsim.progress", "distsim.report_table", "distsim.metrics.columns")),
+    # the features' config schemas and the registries whose members' parameters become keys; the autoscale node's
+    # settings, which every pool's resolution (distsim.cluster.pools) checks
+    ("schema", ("distsim.workload.schema", "distsim.runtime.schema", "distsim.autoscale.schema",
+                "distsim.autoscale.registry", "distsim.autoscale.settings", "distsim.policies.registry")),
     ("catalog", ("distsim.catalog",)),  # models, GPUs, MIG profiles, capacity arithmetic
     ("events", ("distsim.events",)),  # the clock, the heap, the random streams
     ("instance", ("distsim.instance",)),  # one vLLM engine, its queues and step-time models
     ("policies", ("distsim.policies",)),  # routers, admission, scorers and their settings
     ("workload", ("distsim.workload",)),  # request sources, their SLO defaults
     ("cluster", ("distsim.cluster",)),  # pools of instances behind one router; engine checks, pool resolution
-    ("metrics", ("distsim.metrics",)),  # the recorder and every table and figure made from it
+    ("metrics", ("distsim.metrics",)),  # the recorder and every table and figure made from it; fitness, windows
     ("autoscale", ("distsim.autoscale",)),  # scalers reading signals and completions, the controller
     ("cells", ("distsim.cells",)),  # clusters behind a front router
     ("runtime", ("distsim.runtime",)),  # batching runtimes for non-LLM requests, beside the LLM cluster
-    ("resolve", ("distsim.config.scenario",)),  # the whole config into one frozen Scenario, composing the features'
+    # the root schema (every feature's schema and the plug-ins' parameters, for Hydra), composition, the sim
+    # section's settings, the runner's and the search's schemas
+    ("config", ("distsim.config",)),
+    ("resolve", ("distsim.resolve",)),  # the whole config into one frozen Scenario, composing the features' settings
     ("simulate", ("distsim.simulate", "distsim.hydra_entry")),  # one run
     ("runner", ("distsim.runner",)),  # sweeps of runs
     ("search", ("distsim.search",)),  # policy search over sweeps
@@ -128,4 +132,4 @@ def test_the_reader_sees_lazy_imports_and_skips_type_checking():
     )
     modules = {"distsim.simulate", "distsim.runner", "distsim.runner.plan"}
     assert arrows(source, "distsim.x", False, modules) == [("distsim.runner.plan", 5, "from distsim.runner import plan")]
-    assert layer_of("distsim.config.scenario")[1] == "resolve" and layer_of("distsim.config.schema")[1] == "schema"
+    assert layer_of("distsim.autoscale.schema")[1] == "schema" and layer_of("distsim.autoscale.controller")[1] == "autoscale"

@@ -17,12 +17,12 @@ from distsim import load_config, simulate
 from distsim.catalog import load_hardware, load_model
 from distsim.catalog.mig import load_mig_profile, mig_profiles, slice_hardware
 from distsim.cluster.mig import MigSlices, pack, place_pools, price_per_hour, slice_columns
-from distsim.config.scenario import resolve
 from distsim.errors import ConfigError
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.build import build_latency_model
 from distsim.policies.scorers.mig_penalty import MigPenaltyScorer
 from distsim.request import Request
+from distsim.resolve import resolve
 
 GIB = 1024**3
 H100, A100 = load_hardware("H100"), load_hardware("A100-80G")

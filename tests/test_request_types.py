@@ -12,12 +12,12 @@ import pytest
 
 from distsim import load_config, simulate
 from distsim.cells.build import build_world
-from distsim.config.scenario import resolve
 from distsim.errors import ConfigError
 from distsim.events.loop import EventLoop
 from distsim.metrics.types import TypedRecorder
 from distsim.report_table import format_summary
 from distsim.request import Status
+from distsim.resolve import resolve
 from distsim.runtime.build import attach_runtimes
 from distsim.simulate import summary_json
 from distsim.workload import build_workload

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from distsim import load_config, simulate
-from distsim.config.scenario import Scenario, resolve
 from distsim.errors import ConfigError, ConfigWarning
 from distsim.events.loop import EventLoop
+from distsim.resolve import Scenario, resolve
 
 BIG = ["workload.num_requests=20000"]  # a bad value must not cost a simulation of these
 

@@ -16,13 +16,13 @@ import pytest
 from distsim import load_config, simulate
 from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING
 from distsim.cells.build import build_world
-from distsim.config.scenario import resolve
-from distsim.config.window import MeasureWindow
 from distsim.errors import ConfigError
 from distsim.events.loop import PRIO_ARRIVAL, EventLoop
+from distsim.metrics.settings import MeasureWindow
 from distsim.metrics.summary import distribution, rnd
 from distsim.metrics.types import TypedRecorder
 from distsim.request import new_typed_request
+from distsim.resolve import resolve
 from distsim.runtime.build import attach_runtimes
 from distsim.runtime.curves.fixed import FixedCurve
 from distsim.runtime.replica import RuntimeReplica

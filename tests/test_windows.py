@@ -15,10 +15,10 @@ from clikit import assert_user_error, run_module
 from raykit import sweep_on_local_ray
 
 from distsim import load_config, simulate
-from distsim.config.scenario import resolve
-from distsim.config.window import MeasureWindow
 from distsim.errors import ConfigError, ConfigWarning
+from distsim.metrics.settings import MeasureWindow
 from distsim.metrics.summary import distribution, rnd
+from distsim.resolve import resolve
 from distsim.simulate import run as simulate_run
 from distsim.simulate import summary_json
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from distsim.config.workload import WorkloadConfig
 from distsim.workload import build_workload
+from distsim.workload.schema import WorkloadConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFS = sorted((ROOT / "conf" / "workload").glob("*.yaml"))

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distsim.config.workload import WorkloadConfig
 from distsim.events.rng import stream
 from distsim.workload import build_workload
 from distsim.workload.lengths import Sampler
+from distsim.workload.schema import WorkloadConfig
 from distsim.workload.source import as_config
 
 VIDUR = "tests/fixtures/traces/vidur_arxiv_head300.csv"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from distsim.config import validators
+from distsim import validators
 from distsim.errors import ConfigError
 
 

@@ -1,6 +1,6 @@
 """Assemble a :class:`Cluster` from resolved settings: instances, signal board, router views, policies.
 
-Everything here was checked by :func:`distsim.config.scenario.resolve`; assembly only wires objects
+Everything here was checked by :func:`distsim.resolve.resolve`; assembly only wires objects
 together, so it raises nothing a user could cause. Each policy draws from its own named random stream
 ("router", or "router/prefill" and "router/decode" under P/D, and "admission"; a cell's own, e.g.
 "router/cell/17", see distsim.cells.build).

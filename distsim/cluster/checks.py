@@ -1,16 +1,16 @@
 """Checks of the cluster that need more than one config section: each engine (``cluster.engine``, or a pool's
 merged engine) against vLLM's own limits, its model and its hardware, as distsim.cluster.pools resolves the
-pools; then the policy against the resolved pools (hedging, prefix-cache routing).
+pools.
 
 Each raises :class:`distsim.errors.ConfigError` naming the dotted key, or warns with
 :func:`distsim.errors.warn_config` about a legal but suspicious combination. The sections' own settings
-are distsim.cluster.settings'; the small validators, distsim.config.validators.
+are distsim.cluster.settings'; the small validators, distsim.validators.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from distsim.errors import ConfigError, warn_config
@@ -19,10 +19,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from distsim.catalog import HardwareSpec, ModelSpec
-    from distsim.cluster.pools import PoolSpec
-    from distsim.cluster.settings import PolicySettings
     from distsim.instance.instance import EngineParams
-    from distsim.workload.settings import SloDefaults
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)  # vLLM's --block-size choices
 
@@ -206,32 +203,4 @@ def expert_parallel(enabled: bool, model: ModelSpec, engine_key: str, tp: int = 
             f"{engine_key}.enable_expert_parallel",
             f"with data_parallel_size 1 the flag changes nothing: {where}; set data_parallel_size > 1 for expert "
             "parallelism across engines",
-        )
-
-
-def hedging_fits(policy: PolicySettings, pools: Sequence[PoolSpec], slo: SloDefaults) -> None:
-    """Hedging copies a request onto another instance of a mixed cluster: P/D is refused (a copy would
-    need a pair of instances and a transfer to cancel), and one engine leaves nowhere to copy to. A delay
-    in SLO fractions needs a finite TTFT SLO."""
-    if not policy.hedge.enabled:
-        return
-    if policy.hedge.slo_fraction is not None and not math.isfinite(slo.ttft_ms):
-        raise ConfigError(
-            "policy.hedge.delay_slo_fraction",
-            "needs a TTFT SLO: set workload.slo.ttft_ms (or give policy.hedge.delay_ms instead)",
-        )
-    if any(p.role != "mixed" for p in pools):
-        raise ConfigError("policy.hedge", "hedging needs mixed pools; P/D disaggregation (prefill and decode pools) is not supported")
-    if sum(p.count * p.data_parallel_size for p in pools) < 2:
-        raise ConfigError("policy.hedge", "hedging needs at least two instances to copy a request to")
-
-
-def prefix_routing_needs_caching(policy: PolicySettings, pools: Sequence[PoolSpec]) -> None:
-    """Warn when a router scores prefix-cache hits but no instance caches prefixes."""
-    routing = policy.routing
-    if routing.cls.reads_prefix_index(routing.params) and not any(p.engine.enable_prefix_caching for p in pools):
-        warn_config(
-            "policy.routing.kind",
-            f"{routing.kind} routes on prefix-cache hits, but cluster.engine.enable_prefix_caching is false: "
-            "no instance caches a prefix, so its prefix scores only concentrate load",
         )

@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from distsim.config.validators import choice, integer, ms_to_us, non_negative, positive
 from distsim.errors import ConfigError
 from distsim.policies.registry import ADMISSIONS, ROUTERS
 from distsim.policies.settings import PolicyChoice, policy_choice
+from distsim.validators import choice, integer, ms_to_us, non_negative, positive
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

@@ -2,7 +2,7 @@
 
 Hydra composes ``conf/config.yaml`` on top of :class:`Config` (registered as ``distsim_schema``), so
 every key below exists in the composed config and is type-checked by OmegaConf. Each feature checks its
-own section's values into frozen settings in its own package, and :func:`distsim.config.scenario.resolve`
+own section's values into frozen settings in its own package, and :func:`distsim.resolve.resolve`
 composes them; a bad value raises :class:`distsim.errors.ConfigError` naming the key.
 """
 
@@ -17,8 +17,8 @@ from hydra.core.config_store import ConfigStore
 from distsim.autoscale.schema import AutoscaleConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
-from distsim.config.workload import WorkloadConfig
 from distsim.runtime.schema import RuntimeConfig
+from distsim.workload.schema import WorkloadConfig
 
 
 @dataclass
@@ -252,7 +252,7 @@ class SimConfig:
     """Simulation controls that do not change the modelled system."""
 
     horizon_s: float | None = None  # stop here; requests still in flight are 'unfinished'
-    # the measurement window (distsim.config.window), seconds from t=0: only requests arriving in
+    # the measurement window (distsim.metrics.settings), seconds from t=0: only requests arriving in
     # [warmup_s, warmup_s + measure_s) count (measure_s null: to the end); drain_s stops the run that long after it
     warmup_s: float = 0.0
     measure_s: float | None = None

@@ -3,9 +3,9 @@
 Each feature checks its own config section into frozen settings in its own package (distsim.cluster.settings,
 distsim.cells.settings, distsim.policies.settings, distsim.autoscale.settings, distsim.runtime.settings,
 distsim.metrics.settings, distsim.workload.settings; the engines and pools: distsim.cluster.checks and
-distsim.cluster.pools), from the small validators of :mod:`distsim.config.validators`;
-:func:`distsim.config.scenario.resolve` composes them. This module holds what belongs to no feature: the seed,
-the horizon, the measurement window (distsim.config.window) and the timeline's (distsim.config.timeline).
+distsim.cluster.pools), from the small validators of :mod:`distsim.validators`; :func:`distsim.resolve.resolve`
+composes them. This module holds what belongs to no feature: the seed, the horizon, and the measurement and
+timeline windows the metrics define (distsim.metrics.settings), which a drain and the horizon tie together.
 Everything is immutable, so a resolved Scenario can be shared, pickled to a Ray worker, and reused for many seeds.
 """
 
@@ -15,9 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from distsim.config.timeline import TimelineWindow, timeline_window
-from distsim.config.window import MeasureWindow, measure_window
 from distsim.errors import ConfigError
+from distsim.metrics.settings import MeasureWindow, TimelineWindow, measure_window, timeline_window
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

@@ -35,13 +35,13 @@ from distsim import inputs, outputs
 from distsim.catalog.models import load_model
 from distsim.config.compose import load_config
 from distsim.config.schema import EngineConfig, LatencyConfig
-from distsim.config.workload import WorkloadConfig
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
 from distsim.fidelity.suite_data import Suite, SuiteRun, read_suite
 from distsim.fidelity.suite_metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
 from distsim.runner.overrides import from_lines
 from distsim.simulate import simulate
+from distsim.workload.schema import WorkloadConfig
 from distsim.workload.source import SYNTHETIC_ONLY
 
 HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean")

@@ -27,7 +27,7 @@ are the simulator's own integer microseconds (``ts``, ``dur``). What it holds:
 - **Batching-runtime replicas**: one process each, their batches as slices, one thread per concurrency
   slot in use.
 
-The window (``sim.timeline_start_s``, ``sim.timeline_end_s``: distsim.config.timeline) keeps what
+The window (``sim.timeline_start_s``, ``sim.timeline_end_s``: distsim.metrics.settings) keeps what
 overlaps ``[start, end)``: slices and requests that cross an edge are kept whole, instants and flows by
 their start. Steps outside it are never stored, so a long run with a short window costs little memory.
 
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from distsim.config.timeline import TimelineWindow
+from distsim.metrics.settings import TimelineWindow
 
 STEPS_TID = 1  # an instance's steps
 MARKS_TID = 2  # an instance's flow markers (KV transfers, hedges)

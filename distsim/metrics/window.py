@@ -1,4 +1,4 @@
-"""The measurement window applied to a run's figures (the window itself: distsim.config.window).
+"""The measurement window applied to a run's figures (the window itself: distsim.metrics.settings).
 
 The rules, one per kind of figure:
 
@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from distsim.config.window import MeasureWindow
 from distsim.errors import warn_config
 from distsim.metrics.columns import Table
+from distsim.metrics.settings import MeasureWindow
 from distsim.metrics.summary import cpu_kv_counts, is_status, rnd, summarize
 from distsim.metrics.tables import Tally
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from distsim.config.validators import ms_to_us, warn_unread
 from distsim.registry import Registry
+from distsim.validators import ms_to_us, warn_unread
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

@@ -58,9 +58,9 @@ def compose_all(jobs: Sequence[Job], plan: SweepPlan, compose: Composer) -> dict
 
 
 def _check_configuration(cfg: DictConfig, job: Job) -> None:
-    """Resolve the configuration (distsim.config.scenario.resolve) so a bad value in any section stops
+    """Resolve the configuration (distsim.resolve.resolve) so a bad value in any section stops
     the sweep before its first job, with one line naming the key and the configuration."""
-    from distsim.config.scenario import resolve
+    from distsim.resolve import resolve
 
     try:
         resolve(cfg)

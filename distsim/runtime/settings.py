@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from distsim import validators
 from distsim.catalog import load_hardware
 from distsim.catalog.mig import slice_hardware
 from distsim.catalog.runtime_models import RuntimeModelSpec, load_runtime_model
-from distsim.config import validators
 from distsim.errors import ConfigError
 from distsim.runtime.curves.base import CurveContext, ServiceCurve
 from distsim.runtime.curves.registry import CURVES

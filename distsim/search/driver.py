@@ -48,7 +48,7 @@ class SearchResult:
 def check_settings(cfg: Any) -> None:
     """Every search.* and runner.* setting and the scenario, checked before Ray starts: a bad one is one
     line (ConfigError) at once, not a failed first generation after Ray's start-up."""
-    from distsim.config.scenario import resolve
+    from distsim.resolve import resolve
     from distsim.runner.settings import RunnerSettings
 
     _check(cfg)

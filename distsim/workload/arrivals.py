@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from distsim.config.workload import ArrivalConfig
 from distsim.errors import ConfigError
 from distsim.workload import checks
 from distsim.workload.arrival_processes import PROCESSES
+from distsim.workload.schema import ArrivalConfig
 
 
 class ArrivalProcess:

@@ -1,10 +1,10 @@
-"""The workload modules' validators: the shared ones of distsim.config.validators, under one name here.
+"""The workload modules' validators: the shared ones of distsim.validators, under one name here.
 
 Each workload module checks its own keys with these as it builds its part of the source (distsim.workload.source
 and what it calls); the workload's SLO defaults, which the cluster reads, are distsim.workload.settings'.
 """
 
-from distsim.config.validators import (  # noqa: F401  (re-exported for the workload modules)
+from distsim.validators import (  # noqa: F401  (re-exported for the workload modules)
     choice,
     fraction,
     integer,

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from distsim import inputs
-from distsim.config.workload import DistConfig
 from distsim.errors import ConfigError, InputFileError
 from distsim.inputs import excerpt
 from distsim.workload import checks
 from distsim.workload.length_dists import DISTS
 from distsim.workload.paths import resolve_path
+from distsim.workload.schema import DistConfig
 
 
 class Dist:

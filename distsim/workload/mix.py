@@ -22,12 +22,12 @@ import numpy as np
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from distsim.config.workload import DistConfig, RequestTypeConfig
 from distsim.errors import ConfigError
 from distsim.events.rng import stream
 from distsim.request import Request, new_typed_request
 from distsim.workload import checks
 from distsim.workload.lengths import Buffered, Sampler
+from distsim.workload.schema import DistConfig, RequestTypeConfig
 
 LLM = "llm"
 BLOCK = 4096

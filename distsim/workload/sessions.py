@@ -17,12 +17,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from distsim.config.workload import SessionConfig
 from distsim.request import Request, new_request
 from distsim.workload import checks
 from distsim.workload.keys import UniqueKeys
 from distsim.workload.lengths import Buffered, Sampler
 from distsim.workload.prefixes import PrefixGroups
+from distsim.workload.schema import SessionConfig
 
 
 class _Session:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from distsim.config.workload import WorkloadConfig
+    from distsim.workload.schema import WorkloadConfig
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from dataclasses import is_dataclass
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from distsim.config.workload import WorkloadConfig
 from distsim.errors import ConfigError, warn_config
 from distsim.request import Request
 from distsim.workload import checks
 from distsim.workload.kinds import KINDS
+from distsim.workload.schema import WorkloadConfig
 
 
 class WorkloadSource:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distsim.config.workload import WorkloadConfig
 from distsim.errors import ConfigError
 from distsim.workload import checks
 from distsim.workload.lengths import Sampler
+from distsim.workload.schema import WorkloadConfig
 
 
 def zipf_shares(n: int, s: float) -> np.ndarray:

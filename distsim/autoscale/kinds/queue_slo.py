@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from distsim import validators
 from distsim.autoscale.base import Scaler, ScalerParams
 from distsim.autoscale.registry import SCALERS
-from distsim.config import validators
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from distsim import validators
 from distsim.autoscale.base import Scaler, ScalerParams
 from distsim.autoscale.registry import SCALERS
-from distsim.config import validators
 from distsim.errors import ConfigError
 
 

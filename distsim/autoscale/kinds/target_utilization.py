@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from distsim import validators
 from distsim.autoscale.base import SCALING_SIGNALS, Scaler, ScalerParams
 from distsim.autoscale.registry import SCALERS
-from distsim.config import validators
 from distsim.errors import ConfigError
 
 

@@ -24,8 +24,8 @@ def coefficients_by_kind() -> dict[str, tuple[str, ...]]:
 def build_latency_model(cfg: Any, ctx: LatencyContext, key: str = "cluster.latency") -> LatencyModel:
     """Build the model named by ``cfg.kind`` (``cfg`` is the ``cluster.latency`` node), after applying
     the latency profile that ``cfg.profile`` names, if any (see :mod:`distsim.instance.latency.profile`)."""
-    from distsim.config.validators import warn_unread
     from distsim.instance.latency.profile import apply_profile
+    from distsim.validators import warn_unread
 
     cfg = apply_profile(cfg, key)
     factory = LATENCY_MODELS.get(cfg.kind, f"{key}.kind")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distsim.config import validators
+from distsim import validators
 from distsim.runtime.curves.base import CurveContext, ServiceCurve, to_us
 from distsim.runtime.curves.registry import CURVES
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distsim.config import validators
+from distsim import validators
 from distsim.errors import ConfigError
 from distsim.runtime.curves.base import CurveContext, ServiceCurve, to_us
 from distsim.runtime.curves.registry import CURVES

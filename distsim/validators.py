@@ -1,9 +1,9 @@
 """Small validators of config values: each returns the checked value or raises ConfigError naming the key.
 
-The bottom of the config layers (docs/reading_guide.md, "The layers"): every feature's settings module
-(distsim.cluster.settings, distsim.autoscale.settings, distsim.runtime.settings, ...), the workload's modules
-(through distsim.workload.checks), the plug-ins' parameters and the sim section's own checks
-(distsim.config.window, distsim.config.timeline) use these; they import nothing of distsim but its errors.
+At the bottom of the layers (docs/reading_guide.md, "The layers"): every feature's settings module
+(distsim.cluster.settings, distsim.metrics.settings, distsim.autoscale.settings, distsim.runtime.settings, ...),
+the workload's modules (through distsim.workload.checks) and the plug-ins' parameters check their keys with
+these; they import nothing of distsim but its errors.
 """
 
 from __future__ import annotations

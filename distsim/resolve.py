@@ -6,7 +6,7 @@ signals, the P/D link, the front end and the policies (distsim.cluster.settings)
 (distsim.runtime.settings), the vLLM pools with their catalog entries, KV capacity and step-time models
 (distsim.cluster.pools, with the engine checks of distsim.cluster.checks and each pool's autoscaling,
 distsim.autoscale.settings), the cells (distsim.cells.settings), the workload (read through once) and its SLO
-defaults (distsim.workload.settings), then the checks that span them. It returns values only: nothing that
+defaults (distsim.workload.settings), then the checks that span them (here). It returns values only: nothing that
 simulates exists yet. A mistake anywhere is a ConfigError or InputFileError before the first event; a sweep
 driver resolves each configuration before its first job for the same reason. :func:`distsim.simulate.run`
 then builds the world from the scenario.
@@ -14,17 +14,18 @@ then builds the world from the scenario.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from distsim.autoscale.settings import refuse_unsupported
 from distsim.cells import settings as cells_settings
 from distsim.cells.settings import CellSettings
-from distsim.cluster import checks
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.pools import PoolSpec, resolve_pools
 from distsim.config.settings import SimSettings, sim_settings
+from distsim.errors import ConfigError, warn_config
 from distsim.metrics import settings as metrics_settings
 from distsim.request import Request
 from distsim.workload.settings import slo_defaults
@@ -78,7 +79,7 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
 
         runtimes = resolve_runtime_pools(cfg.cluster)
     pools = tuple(resolve_pools(cfg.cluster))
-    checks.prefix_routing_needs_caching(policy, pools)
+    prefix_routing_needs_caching(policy, pools)
     if any(r.mig is not None for r in runtimes):  # runtime slices share GPUs with the vLLM pools' slices
         from distsim.cluster.mig import place_pools
 
@@ -90,7 +91,7 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
 
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
     slo = slo_defaults(cfg.workload)
-    checks.hedging_fits(policy, pools, slo)
+    hedging_fits(policy, pools, slo)
     typed = False
     if runtimes or getattr(requests, "mix", None) is not None or getattr(requests, "types_seen", None) \
             or isinstance(requests, (list, tuple)):
@@ -98,3 +99,31 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
 
         typed = check_types(requests, runtimes, pools, cells)
     return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells, runtimes, typed)
+
+
+def hedging_fits(policy: PolicySettings, pools: Sequence[PoolSpec], slo: SloDefaults) -> None:
+    """Hedging copies a request onto another instance of a mixed cluster: P/D is refused (a copy would
+    need a pair of instances and a transfer to cancel), and one engine leaves nowhere to copy to. A delay
+    in SLO fractions needs a finite TTFT SLO."""
+    if not policy.hedge.enabled:
+        return
+    if policy.hedge.slo_fraction is not None and not math.isfinite(slo.ttft_ms):
+        raise ConfigError(
+            "policy.hedge.delay_slo_fraction",
+            "needs a TTFT SLO: set workload.slo.ttft_ms (or give policy.hedge.delay_ms instead)",
+        )
+    if any(p.role != "mixed" for p in pools):
+        raise ConfigError("policy.hedge", "hedging needs mixed pools; P/D disaggregation (prefill and decode pools) is not supported")
+    if sum(p.count * p.data_parallel_size for p in pools) < 2:
+        raise ConfigError("policy.hedge", "hedging needs at least two instances to copy a request to")
+
+
+def prefix_routing_needs_caching(policy: PolicySettings, pools: Sequence[PoolSpec]) -> None:
+    """Warn when a router scores prefix-cache hits but no instance caches prefixes."""
+    routing = policy.routing
+    if routing.cls.reads_prefix_index(routing.params) and not any(p.engine.enable_prefix_caching for p in pools):
+        warn_config(
+            "policy.routing.kind",
+            f"{routing.kind} routes on prefix-cache hits, but cluster.engine.enable_prefix_caching is false: "
+            "no instance caches a prefix, so its prefix scores only concentrate load",
+        )

@@ -33,9 +33,6 @@ class DistConfig:
     max: float | None = None
 
 
-# The older name, kept for code that imports it.
-LengthDistConfig = DistConfig
-
 
 @dataclass
 class ArrivalConfig:
