@@ -209,7 +209,7 @@ def parquet_file(path: str | os.PathLike):
         return pq.ParquetFile(p)
 
 
-def excerpt(value: Any, limit: int = 80) -> str:
+def excerpt(value: object, limit: int = 80) -> str:
     """``repr(value)``, cut to ``limit`` characters, for echoing file content in a one-line message."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

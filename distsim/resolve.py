@@ -19,7 +19,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from distsim.autoscale.settings import refuse_unsupported
 from distsim.cells import settings as cells_settings
 from distsim.cells.settings import CellSettings
 from distsim.cluster import settings as cluster_settings
@@ -85,7 +84,7 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
 
         place_pools([*pools, *runtimes])
     cells = cells_settings.cells(cfg.cluster.cells, pools)
-    refuse_unsupported(cells, sim, pools)
+    refuse_unsupported(cells, pools)
     if requests is None:
         from distsim.workload import build_workload
 
@@ -126,4 +125,15 @@ def prefix_routing_needs_caching(policy: PolicySettings, pools: Sequence[PoolSpe
             "policy.routing.kind",
             f"{routing.kind} routes on prefix-cache hits, but cluster.engine.enable_prefix_caching is false: "
             "no instance caches a prefix, so its prefix scores only concentrate load",
+        )
+
+
+def refuse_unsupported(cells: CellSettings, pools: Sequence[PoolSpec]) -> None:
+    """Autoscaling is not modelled with cells (each cell's share of a pool would scale on its own): refused,
+    naming the key. (A measurement window is fine: distsim.metrics.window bills the replicas within it.)"""
+    scaled = next((pool for pool in pools if pool.autoscale is not None), None)
+    if scaled is not None and cells.enabled:
+        raise ConfigError(
+            f"{scaled.autoscale.key}.kind",
+            f"autoscaling is not supported with cells (cluster.cells.count = {cells.count}); set it to 1",
         )

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Mapping
 
 from distsim.errors import ConfigError, warn_config
 
@@ -81,7 +80,7 @@ def ms_to_us(key: str, value) -> int:
     return int(round(non_negative(key, value) * 1000))
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """A config value as plain Python (mappings and lists of OmegaConf, dataclass defaults) for comparing."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
@@ -92,7 +91,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def warn_unread(node: Any, key: str, reads: Collection[str], why: str, defaults: Any = None) -> None:
+def warn_unread(node: Mapping[str, object], key: str, reads: Collection[str], why: str, defaults: object = None) -> None:
     """Warn about every key of ``node`` that is set although the chosen kind does not read it (only the
     names in ``reads``): ``KEY.NAME: is set, but WHY``, e.g. why = "dist 'lognormal' does not use it".
 
@@ -107,7 +106,7 @@ def warn_unread(node: Any, key: str, reads: Collection[str], why: str, defaults:
             warn_config(f"{key}.{name}", f"is set, but {why}")
 
 
-def is_set(value: Any, default: Any = None) -> bool:
+def is_set(value: object, default: object = None) -> bool:
     """Whether a config value says something: not null or empty, and not its schema ``default``."""
     value = _plain(value)
     return value not in (None, {}, []) and value != _plain(default)

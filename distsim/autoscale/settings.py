@@ -11,17 +11,22 @@ about a minute for a 12B model, weights included). Llama-3.1-8B on one GPU: 16.1
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from distsim import validators
 from distsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from distsim.autoscale.base import Scaler, ScalerParams
 
 
 @dataclass(frozen=True)
 class AutoscaleSettings:
     kind: str
-    cls: Any  # the registered Scaler class
-    params: Any  # its checked Params
+    cls: type[Scaler]  # the registered class
+    params: ScalerParams  # its checked Params
     min_replicas: int
     max_replicas: int
     interval_us: int
@@ -30,7 +35,7 @@ class AutoscaleSettings:
     key: str  # config path of the node, for messages
 
 
-def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_bytes_per_gpu: float) -> AutoscaleSettings | None:
+def resolve_autoscale(node: DictConfig | None, key: str, count: int, count_key: str, weight_bytes_per_gpu: float) -> AutoscaleSettings | None:
     """The pool's autoscaling, or None when ``kind`` is null. ``count`` (at ``count_key``) is the initial
     replica count and must lie within [min, max]."""
     from distsim.autoscale.registry import SCALERS
@@ -66,14 +71,3 @@ def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_by
         load = validators.positive(f"{key}.load_gbps", node.load_gbps) * 1e9
         provision_s = weight_bytes_per_gpu / load + validators.non_negative(f"{key}.startup_s", node.startup_s)
     return AutoscaleSettings(node.kind, cls, params, low, high, interval_us, cooldown_us, round(provision_s * 1e6), key)
-
-
-def refuse_unsupported(cells: Any, sim: Any, pools: Any) -> None:
-    """Autoscaling is not modelled with cells (each cell's share of a pool would scale on its own): refused,
-    naming the key. (A measurement window is fine: distsim.metrics.window bills the replicas within it.)"""
-    scaled = next((pool for pool in pools if pool.autoscale is not None), None)
-    if scaled is not None and cells.enabled:
-        raise ConfigError(
-            f"{scaled.autoscale.key}.kind",
-            f"autoscaling is not supported with cells (cluster.cells.count = {cells.count}); set it to 1",
-        )

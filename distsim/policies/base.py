@@ -6,6 +6,7 @@ never reach into an instance. A policy draws randomness only from its own stream
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -37,7 +38,7 @@ class PolicyParams:
         return None
 
     @classmethod
-    def from_node(cls, node: Any) -> PolicyParams:
+    def from_node(cls, node: Mapping[str, object] | None) -> PolicyParams:
         """The parameters from a config node; absent or null keys keep their defaults."""
         values = {}
         for f in fields(cls):

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from distsim.errors import ConfigError
 
+if TYPE_CHECKING:
+    from distsim.cells.settings import CellSettings
+    from distsim.cluster.pools import PoolSpec
+    from distsim.request import Request
+    from distsim.runtime.settings import RuntimePoolSpec
 
-def _given_types(requests: Any) -> set[str]:
+
+def _given_types(requests: Iterable[Request]) -> set[str]:
     """The types in a request list the caller gave (tests, validation)."""
     return {r.rtype for r in requests} if isinstance(requests, (list, tuple)) else set()
 
 
-def check_types(requests: Any, runtimes: tuple, pools: tuple, cells: Any) -> bool:
+def check_types(
+    requests: Iterable[Request], runtimes: tuple[RuntimePoolSpec, ...], pools: tuple[PoolSpec, ...], cells: CellSettings
+) -> bool:
     """Every non-LLM type some request may have is served by a runtime pool; runtime pools are refused where
     they are not modelled (cells). Returns whether types are in play (a
     mix, or typed requests given): the request table's type columns and summary.json's ``types``."""

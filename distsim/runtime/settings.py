@@ -4,7 +4,7 @@ distsim.runtime.build only wires what this returns)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from distsim import validators
 from distsim.catalog import load_hardware
@@ -14,6 +14,13 @@ from distsim.errors import ConfigError
 from distsim.runtime.curves.base import CurveContext, ServiceCurve
 from distsim.runtime.curves.registry import CURVES
 from distsim.runtime.curves.registry import READS as CURVE_READS
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from distsim.autoscale.settings import AutoscaleSettings
+    from distsim.catalog import HardwareSpec
+    from distsim.cluster.mig import MigSlices
 
 POOL_KINDS = ("vllm", "runtime")
 _VLLM_ONLY = ("engine", "latency")  # a runtime pool has no vLLM engine: these stay empty
@@ -29,15 +36,15 @@ class RuntimePoolSpec:
     count: int
     serves: str  # the request type (workload.mix) it serves
     model: RuntimeModelSpec
-    hardware: Any  # distsim.catalog.HardwareSpec
+    hardware: HardwareSpec
     max_batch_size: int
     window_us: int
     concurrency: int
     curve: ServiceCurve
     key: str
     gpus: int = 1
-    mig: Any = None  # distsim.cluster.mig.MigSlices; None: whole GPUs
-    autoscale: Any = None  # distsim.autoscale.settings.AutoscaleSettings; None: a fixed pool of ``count``
+    mig: MigSlices | None = None  # None: whole GPUs
+    autoscale: AutoscaleSettings | None = None  # None: a fixed pool of ``count``
     data_parallel_size: int = 1  # a replica is one unit (what the autoscaler reads of a vLLM pool's replicas)
 
     @property
@@ -46,15 +53,15 @@ class RuntimePoolSpec:
         return self.autoscale.max_replicas if self.autoscale is not None else self.count
 
 
-def is_runtime(raw: Any) -> bool:
+def is_runtime(raw: DictConfig) -> bool:
     return raw.get("kind", "vllm") == "runtime"
 
 
-def pool_kind(raw: Any, key: str) -> str:
+def pool_kind(raw: DictConfig, key: str) -> str:
     return validators.choice(f"{key}.kind", raw.get("kind", "vllm"), POOL_KINDS)
 
 
-def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
+def resolve_runtime_pool(cluster: DictConfig, raw: DictConfig, key: str) -> RuntimePoolSpec:
     """One runtime pool, every key checked; the catalog model must fit the GPU's memory."""
     for name in _VLLM_ONLY:
         if raw.get(name):
@@ -88,7 +95,7 @@ def resolve_runtime_pool(cluster: Any, raw: Any, key: str) -> RuntimePoolSpec:
                            concurrency, curve, key, mig=mig, autoscale=autoscale)
 
 
-def _autoscale(raw: Any, key: str, count: int, weight_bytes: float, mig: Any) -> Any:
+def _autoscale(raw: DictConfig, key: str, count: int, weight_bytes: float, mig: MigSlices | None) -> AutoscaleSettings | None:
     """The pool's autoscaling (None: fixed). Provisioning, when not given, loads the weights the GPU holds
     (one copy per concurrency slot, as Triton loads one per model instance) plus ``startup_s``. A runtime has
     no KV cache, so a KV utilisation target is refused; MIG slices are not autoscaled, as for vLLM pools."""
@@ -104,14 +111,14 @@ def _autoscale(raw: Any, key: str, count: int, weight_bytes: float, mig: Any) ->
     return settings
 
 
-def _mig(raw: Any, hardware: Any, key: str) -> Any:
+def _mig(raw: DictConfig, hardware: HardwareSpec, key: str) -> MigSlices | None:
     """The pool's MIG slices (None: whole GPUs), as a vLLM pool's (distsim.cluster.mig)."""
     from distsim.cluster.mig import resolve_mig
 
     return resolve_mig(raw.get("mig"), hardware, f"{key}.mig", 1, 1, key)
 
 
-def resolve_runtime_pools(cluster: Any) -> tuple[RuntimePoolSpec, ...]:
+def resolve_runtime_pools(cluster: DictConfig) -> tuple[RuntimePoolSpec, ...]:
     """The runtime pools of ``cluster.pools`` (none without pools); checks every pool's kind, that names are
     unique over all pools, and that a vLLM pool remains (the LLM side of the cluster is always built)."""
     if not cluster.pools:
