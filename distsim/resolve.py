@@ -6,8 +6,9 @@ signals, the P/D link, the front end and the policies (distsim.cluster.settings)
 (distsim.runtime.settings), the vLLM pools with their catalog entries, KV capacity and step-time models
 (distsim.cluster.pools, with the engine checks of distsim.cluster.checks and each pool's autoscaling,
 distsim.autoscale.settings), the cells (distsim.cells.settings), the workload (read through once) and its SLO
-defaults (distsim.workload.settings), then the checks that span them (here). It returns values only: nothing that
-simulates exists yet. A mistake anywhere is a ConfigError or InputFileError before the first event; a sweep
+defaults (distsim.workload.settings), then the checks that span features (below: hedging against the pools
+and the SLO, prefix routing against the engines, autoscaling against the cells). It returns values only:
+nothing that simulates exists yet. A mistake anywhere is a ConfigError or InputFileError before the first event; a sweep
 driver resolves each configuration before its first job for the same reason. :func:`distsim.simulate.run`
 then builds the world from the scenario.
 """
