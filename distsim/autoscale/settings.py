@@ -70,7 +70,7 @@ def resolve_autoscale(node: Any, key: str, count: int, count_key: str, weight_by
 
 def refuse_unsupported(cells: Any, sim: Any, pools: Any) -> None:
     """Autoscaling is not modelled with cells (each cell's share of a pool would scale on its own): refused,
-    naming the key. (A measurement window is fine: distsim.metrics.window bills the replicas within it.)"""
+    naming the key. (A measurement window is fine: the metrics package's window module bills the replicas within it.)"""
     scaled = next((pool for pool in pools if pool.autoscale is not None), None)
     if scaled is not None and cells.enabled:
         raise ConfigError(

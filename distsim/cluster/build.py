@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from distsim.cluster.cluster import NO_FRONTEND, Cluster, Routes
+from distsim.cluster.cluster import NO_FRONTEND, Cluster, RecordSink, Routes
 from distsim.cluster.hedging import Hedger
 from distsim.cluster.mig import instance_slices, price_per_hour
 from distsim.cluster.prefix_index import PrefixIndex
@@ -31,7 +31,6 @@ from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.instance import Instance
-from distsim.metrics.recorder import Recorder
 from distsim.policies.base import PolicyContext
 
 PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as llm-d's approximate scorer
@@ -56,15 +55,14 @@ def build_instances(
                     pool.engine,
                     pool.latency,
                     loop,
-                    None,  # the cluster wires its callbacks
                     fast_forward=fast_forward,
                     pool=pool.name,
                     role=pool.role,
                     hardware=pool.hardware.name,
                     gpus=pool.tensor_parallel_size,
+                    dp_group=group,
+                    cpu=cpu_tier(pool),
                 )
-                inst.dp_group = group
-                inst.cpu = cpu_tier(pool)
                 instances.append(inst)
                 pool_of.append(pool)
             group += 1
@@ -134,7 +132,7 @@ def build_routes(
 
 def build_cluster(
     pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
-    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
+    loop: EventLoop, recorder: RecordSink, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
     frontend: FrontendSettings | None = None, instance_cls: type[Instance] = Instance,
 ) -> Cluster:
     """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (with cells:
@@ -144,17 +142,19 @@ def build_cluster(
     if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
         from distsim.autoscale.controller import attach_autoscaler
 
-        attach_autoscaler(cluster, list(pools), seed)
+        lag_us = frontend.output_lag_us if frontend is not None else 0
+        attach_autoscaler(cluster, list(pools), seed, ttft_slo_ms=slo.ttft_ms, output_lag_us=lag_us)
     return cluster
 
 
 def assemble(
     instances: list[Instance], pool_of: list[Any], policy: PolicySettings, signals: SignalSettings,
-    transfer: TransferSettings, loop: EventLoop, recorder: Any, *, seed: int, slo: SloDefaults,
+    transfer: TransferSettings, loop: EventLoop, recorder: RecordSink, *, seed: int, slo: SloDefaults,
     frontend: FrontendSettings | None = None, suffix: str = "",
 ) -> Cluster:
     """A cluster over ``instances`` (the whole fleet, or one cell's, numbered consecutively) with its own
-    signal board, router state, routers, prefix index and admission; ``suffix`` ends their stream names."""
+    signal board, router state, routers, prefix index and admission; ``suffix`` ends their stream names.
+    ``recorder`` (the run's, or a cell's sink) is the first to hear of each request's final status."""
     board = SignalBoard(instances, signals, loop, stream(seed, "signals" + suffix))
     state = RouterState(len(instances))
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo, suffix)
@@ -163,7 +163,8 @@ def assemble(
     hedger = None
     if policy.hedge.enabled:
         hedger = Hedger(policy.hedge, slo.ttft_ms, instances[0].index, stream(seed, "hedge" + suffix))
-    return Cluster(
-        instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder,
-        frontend or NO_FRONTEND, hedger,
+    cluster = Cluster(
+        instances, pool_of, board, state, routes, admission, policy, transfer, loop, frontend or NO_FRONTEND, hedger,
     )  # fmt: skip
+    cluster.record_listeners.append(recorder.done)
+    return cluster

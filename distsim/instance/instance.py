@@ -30,6 +30,7 @@ from distsim.events.loop import PRIO_CLUSTER, PRIO_INSTANCE, EventLoop
 from distsim.instance.batching import PrefillBatcher, batching_on
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.decode_set import DecodeSet, ceil_div
+from distsim.instance.departure import Departure, DepartureListener
 from distsim.instance.kv_cache import KVCache
 from distsim.instance.latency.base import LatencyModel
 from distsim.instance.phase import Phase
@@ -42,6 +43,7 @@ from distsim.request import Request, Status
 # module globals for the hot path: reading Phase.X goes through the enum's metaclass (~0.2 us a time)
 WAITING, PREFILL, DECODE, DONE, HANDED_OFF = Phase
 COMPLETED = Status.COMPLETED
+FINISHED, ABORTED, RELEASED = Departure
 
 
 @dataclass(frozen=True)
@@ -71,27 +73,30 @@ class Instance:
         params: EngineParams,
         latency: LatencyModel,
         loop: EventLoop,
-        on_done: Callable[[Request], None],
         *,
         fast_forward: bool = True,
         pool: str = "default",
         role: str = "mixed",
         hardware: str = "",
         gpus: int = 1,
+        dp_group: int | None = None,
+        cpu: CpuKvTier | None = None,
     ):
         self.index = index
         self.slot = index  # the row in the signal board's arrays (the board sets it)
         self.latency = latency
         self.loop = loop
-        self.on_done = on_done
+        # told of each request that leaves: the owning cluster first (see connect), then observers
+        self.departure_listeners: list[DepartureListener] = []
         self.fast_forward = fast_forward
         self.pool = pool
         self.role = role
         self.hardware = hardware
         self.gpus = gpus
-        self.dp_group = index  # the configured instance this engine belongs to (data parallelism)
+        self.dp_group = index if dp_group is None else dp_group  # the configured instance (data parallelism)
         self.priority = PRIO_INSTANCE + index
         self._set_engine(params)
+        self.cpu = cpu  # the CPU KV tier (distsim.instance.cpu_kv), or None
         self.stats = InstanceStats()
         self.board = None  # the cluster's SignalBoard: this instance pushes its state there
         self.step_index = 0  # steps completed
@@ -102,10 +107,33 @@ class Instance:
         self._event = self._on_event  # bound once: every step schedules it
         self._set_handoff()
         self._set_cancellation()
-        self.batcher: PrefillBatcher | None = None  # windowed prefill batching, when on
+        # the queueing discipline, chosen here once: continuous batching (this class's own arrival and
+        # admission) or windowed prefill batching (distsim.instance.batching), whose two entry points the
+        # hot path then calls directly
+        self.batcher: PrefillBatcher | None = None
         if batching_on(params.prefill_batch_min, params.prefill_batch_window_us):
             self.batcher = PrefillBatcher(self, params.prefill_batch_min, params.prefill_batch_window_us)
-            self.batcher.install()
+        self._arrive = self._enqueue if self.batcher is None else self.batcher.enqueue
+        self._admit_queue = self._admit_waiting if self.batcher is None else self.batcher.admit_waiting
+
+    def connect(
+        self,
+        departed: DepartureListener,
+        *,
+        prefilled: Callable[[Request, int], None] | None = None,
+        reserved: Callable[[Request, int], None] | None = None,
+        first_token: Callable[[Request, int], None] | None = None,
+    ) -> None:
+        """The cluster that owns this engine, once, before the first event: ``departed`` is the first of the
+        departure listeners (distsim.instance.departure); under P/D ``prefilled`` (the prompt is computed:
+        send its KV) and ``reserved`` (decode side: blocks are reserved for an incoming KV); with hedging
+        ``first_token`` (each request's first token here)."""
+        self.departure_listeners.insert(0, departed)
+        self.on_prefilled, self.on_reserved, self.on_first_token = prefilled, reserved, first_token
+
+    def _departed(self, req: Request, now: int, how: Departure) -> None:
+        for listener in self.departure_listeners:
+            listener(req, now, how)
 
     def _set_engine(self, params: EngineParams) -> None:
         """The engine settings under the short names the hot path reads, the KV cache and the queues."""
@@ -122,13 +150,12 @@ class Instance:
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
         self.running: dict[int, Request] = {}  # admission order
         self.prefilling: list[Request] = []  # running requests still in prefill, admission order
-        self.cpu: CpuKvTier | None = None  # the CPU KV tier, when the assembly gives one
         self.loading: dict[int, Request] = {}  # out of the queue until their blocks land from the CPU tier
 
     def _set_handoff(self) -> None:
         """P/D state. Prefill side: blocks held until the KV is sent. Decode side, in the order a request
         passes through: waiting for blocks for its KV, blocks reserved while the KV moves, then landed
-        (holding its blocks) waiting for a sequence slot. The cluster wires the callbacks."""
+        (holding its blocks) waiting for a sequence slot. The cluster's callbacks come with connect."""
         self.on_prefilled: Callable[[Request, int], None] | None = None
         self.held: dict[int, tuple[list, int]] = {}
         self.awaiting_blocks: deque[Request] = deque()
@@ -140,9 +167,17 @@ class Instance:
         """Hedging (distsim.cluster.hedging): the cluster hears of each first token, and cancels copies.
         Cancelled running requests leave at the next step boundary, loading ones when their load lands."""
         self.on_first_token: Callable[[Request, int], None] | None = None
-        self.on_aborted: Callable[[Request, int], None] | None = None
         self.aborts: list[Request] = []
         self.abort_loads: set[int] = set()
+
+    def forget_caches(self) -> None:
+        """Empty the caches, keeping the counters (a drained engine leaves; a later start is cold): the GPU
+        prefix cache, and the CPU KV tier's blocks. It holds no request, so every block is free or evictable."""
+        kv = KVCache(self.kv.total)
+        kv.evictions = self.kv.evictions
+        self.kv = kv
+        if self.cpu is not None:
+            self.cpu.blocks.clear()
 
     def attach(self, board) -> None:
         """Push state changes to ``board`` from now on (only when a policy reads signals live)."""
@@ -178,17 +213,17 @@ class Instance:
         if limit is not None and req.prompt_tokens + req.output_tokens > limit:
             # vLLM's front end refuses a request whose prompt plus max_tokens exceeds max_model_len
             self.stats.too_long += 1
-            self._refuse(req, Status.REJECTED)
+            self._refuse(req, now, Status.REJECTED)
         elif not self.can_ever_fit(req):
             self.stats.dropped += 1
-            self._refuse(req, Status.DROPPED)
+            self._refuse(req, now, Status.DROPPED)
         else:
-            self._enqueue(req, now)
+            self._arrive(req, now)
 
-    def _refuse(self, req: Request, status: Status) -> None:
+    def _refuse(self, req: Request, now: int, status: Status) -> None:
         req.status = status
         req.seq.phase = DONE
-        self.on_done(req)
+        self._departed(req, now, FINISHED)
 
     def can_ever_fit(self, req: Request) -> bool:
         """Whether the request, alone on this instance, could ever run to the end."""
@@ -342,7 +377,8 @@ class Instance:
         req.status = COMPLETED
         del self.running[req.request_id]
         self.stats.completed += 1
-        self.on_done(req)
+        for listener in self.departure_listeners:
+            listener(req, now, FINISHED)
 
     def _plan_next(self, now: int) -> None:
         """Schedule the next step (or a run of decode steps) starting at ``now``, or go idle."""
@@ -410,7 +446,7 @@ class Instance:
         if self.landed:
             budget = self._admit_landed(budget)
         if self.waiting:
-            budget = self._admit_waiting(now, budget, need_dec, chunks)
+            budget = self._admit_queue(self.waiting, now, budget, need_dec, chunks)
         if self.awaiting_blocks and not self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             self._reserve_incoming(now, need_dec)
 
@@ -533,12 +569,14 @@ class Instance:
         seq.clear(phase)
         del self.running[req.request_id]
 
-    def _admit_waiting(self, now: int, budget: int, need_dec: int, chunks: list[tuple[Request, int]]) -> int:
-        """Admit waiting requests in queue order while budget, sequence cap and blocks allow."""
+    def _admit_waiting(
+        self, waiting, now: int, budget: int, need_dec: int, chunks: list[tuple[Request, int]]
+    ) -> int:
+        """Admit requests from ``waiting`` (the queue, or the part of it a queueing discipline lets in) in
+        queue order while budget, sequence cap and blocks allow."""
         bs = self.bs
         kv = self.kv
         cpu = self.cpu
-        waiting = self.waiting
         while waiting and budget > 0 and len(self.running) < self.max_seqs:
             req = waiting.peek()
             total = req.prompt_tokens + req.generated
@@ -547,7 +585,7 @@ class Instance:
                 hits, from_evictable = kv.match_prefix(req.block_hashes, (total - 1) // bs)
                 if cpu is not None:
                     room = kv.available() - from_evictable - need_dec
-                    loading = self._load_from_cpu(req, now, total, hits, room)
+                    loading = self._load_from_cpu(waiting, req, now, total, hits, room)
                     if loading < 0:
                         break
                     if loading:
@@ -622,6 +660,7 @@ class Instance:
         if not self.busy and self.waiting:
             self._wake(now)
         self._publish()
+        self._departed(req, now, RELEASED)
 
     def incoming(self, req: Request, now: int) -> None:
         """Decode side: a prefilled request wants blocks for its KV; served at the next step boundary."""
@@ -676,7 +715,7 @@ class Instance:
     # ------------------------------------------------------------------ the CPU KV tier
     # distsim/instance/cpu_kv.py says what is modelled after vLLM's KV offloading and what is simplified.
     # Stores: _cache_full_blocks offers each newly full prompt block. Loads: below, from _admit_waiting.
-    def _load_from_cpu(self, req: Request, now: int, total: int, hits: int, room: int) -> int:
+    def _load_from_cpu(self, waiting, req: Request, now: int, total: int, hits: int, room: int) -> int:
         """The waiting request at the head hits ``hits`` blocks on the GPU: load the blocks that follow if
         the CPU tier holds them. 1: the load started and the request left the queue; 0: nothing to load,
         admit it as usual; -1: stop admission (too few blocks: ``room`` is what an admission may take now;
@@ -691,7 +730,7 @@ class Instance:
         need = ceil_div(total, self.bs) - hits if self.reserve_full else n
         if need > room:
             return -1
-        self.waiting.popleft()
+        waiting.popleft()
         self.waiting_tokens -= total
         seq = req.seq
         if hits:
@@ -719,7 +758,7 @@ class Instance:
         if req.request_id in self.abort_loads:
             self.abort_loads.discard(req.request_id)
             seq.clear(DONE)
-            self.on_aborted(req, now)
+            self._departed(req, now, ABORTED)
             self._publish()
             if not self.busy and self.waiting:
                 self._wake(now)
@@ -737,8 +776,8 @@ class Instance:
     def cancel(self, req: Request, now: int) -> None:
         """Stop serving ``req`` (a hedge's losing copy), as vLLM aborts a request between engine steps: at
         once if it waits in the queue, when its load lands if it loads from the CPU tier, else at the end
-        of the step in flight (whose work for it is spent; a run is cut there). ``on_aborted`` fires once
-        it is gone and its blocks are free. A request already finished here is left alone."""
+        of the step in flight (whose work for it is spent; a run is cut there). Its departure (ABORTED) is
+        told once it is gone and its blocks are free. A request already finished here is left alone."""
         seq = req.seq
         if seq.phase == DONE or req in self.aborts:
             return
@@ -749,7 +788,7 @@ class Instance:
             self.waiting_tokens -= req.prompt_tokens + req.generated
             seq.phase = DONE
             self._publish_queue()
-            self.on_aborted(req, now)
+            self._departed(req, now, ABORTED)
         else:
             self.aborts.append(req)
             plan = self.plan
@@ -764,7 +803,7 @@ class Instance:
         for req in aborts:
             if req.seq.phase != DONE:  # else it finished in the step that just ended (the cluster heard of it)
                 self._leave_running(req, now, DONE)
-                self.on_aborted(req, now)
+                self._departed(req, now, ABORTED)
 
     def work_done(self, req: Request) -> tuple[int, int]:
         """The prompt tokens computed here for ``req`` (recomputes included) and the tokens it generated."""
