@@ -74,7 +74,8 @@ def build_fleet(
         clusters, sinks = [], []
         for c in range(n):
             instances, pool_of = build_instances(
-                share, loop, fast_forward, first=c * size, first_group=c * groups, instance_cls=instance_cls
+                share, loop, fast_forward, first=c * size, first_group=c * groups, instance_cls=instance_cls,
+                cancellable=policy.hedge.enabled,
             )
             sink = CellSink(c)
             clusters.append(assemble(

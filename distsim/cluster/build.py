@@ -38,12 +38,13 @@ PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as l
 
 def build_instances(
     pools: Sequence[Any], loop: EventLoop, fast_forward: bool, *, first: int = 0, first_group: int = 0,
-    instance_cls: type[Instance] = Instance,
+    instance_cls: type[Instance] = Instance, cancellable: bool = False,
 ) -> tuple[list[Instance], list[Any]]:
     """One Instance per engine, numbered in pool order from ``first``: a configured instance with
     data_parallel_size N is N consecutive engines sharing one ``dp_group`` (the configured instance's
     number, from ``first_group``); and each engine's pool. ``instance_cls``: Instance, or a subclass such
-    as distsim.instance.observed.ObservedInstance when a timeline listens to the steps."""
+    as distsim.instance.observed.ObservedInstance when a timeline listens to the steps; ``cancellable``:
+    the cluster hedges, so its engines can cancel requests (policy.hedge)."""
     instances: list[Instance] = []
     pool_of: list[Any] = []
     group = first_group
@@ -62,6 +63,7 @@ def build_instances(
                     gpus=pool.tensor_parallel_size,
                     dp_group=group,
                     cpu=cpu_tier(pool),
+                    cancellable=cancellable,
                 )
                 instances.append(inst)
                 pool_of.append(pool)
@@ -137,7 +139,9 @@ def build_cluster(
 ) -> Cluster:
     """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (with cells:
     distsim.cells.build.build_world); its engines are ``instance_cls`` objects."""
-    instances, pool_of = build_instances(pools, loop, fast_forward, instance_cls=instance_cls)
+    instances, pool_of = build_instances(
+        pools, loop, fast_forward, instance_cls=instance_cls, cancellable=policy.hedge.enabled
+    )
     cluster = assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
     if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
         from distsim.autoscale.controller import attach_autoscaler

@@ -354,13 +354,13 @@ class Cluster(Intake):
         decode = self._decode_target.pop(req.request_id)
         if req.generated >= req.output_tokens:  # a one-token answer needs no decode instance
             self.state.outstanding[decode] -= 1
-            prefill.release_held(req, now)
+            prefill.handoff.release(req, now)
             req.completion_us = now
             req.status = Status.COMPLETED
             self._record(req)
             return
         req.first_token_us = -1  # the first token reaches the user when the KV has landed
-        self.instances[decode].incoming(req, now)
+        self.instances[decode].handoff.incoming(req, now)
 
     def _on_reserved(self, req: Request, now: int) -> None:
         """The decode instance holds blocks for the KV: send it."""
@@ -377,10 +377,10 @@ class Cluster(Intake):
 
     def _transfer_done(self, now: int, req: Request) -> None:
         del self._in_transfer[req.request_id]
-        self.instances[req.prefill_instance - self.base].release_held(req, now)
+        self.instances[req.prefill_instance - self.base].handoff.release(req, now)
         req.first_token_us = now
         req.last_token_us = now
-        self.instances[req.instance - self.base].receive(req, now)
+        self.instances[req.instance - self.base].handoff.receive(req, now)
 
     # ------------------------------------------------------------------ end of run
     def finish(self, horizon_us: int | None) -> None:
@@ -449,7 +449,7 @@ class Cluster(Intake):
         request: copies in flight stand for their request until it is recorded."""
         cancelling = {r.request_id for inst in self.instances for r in inst.aborts}
         for inst in self.instances:
-            cancelling |= inst.abort_loads
+            cancelling |= inst.cancellation.abort_loads
         for rid in places:
             group = self.hedger.by_id.get(rid)
             if group is not None and group.winner >= 0 and group.copies[group.winner].request_id != rid:
