@@ -85,10 +85,7 @@ class CpuLoads:
         inst.waiting.appendleft(req)
         inst.waiting_tokens += req.prompt_tokens + req.generated
         inst._publish()
-        if not inst.busy:
-            inst._wake(now)
-        else:
-            inst._cut_run(now)
+        inst._new_work(now)
 
     def check(self, where: str) -> None:
         """The tier's own invariants (INV-23, INV-24), given the blocks the loads in flight hold."""

@@ -92,10 +92,7 @@ class DecodeSide:
         req.instance = inst.index
         req.seq = SeqState()  # this instance's own state from here on
         self.awaiting_blocks.append(req)
-        if not inst.busy:
-            inst._wake(now)
-        else:
-            inst._cut_run(now)
+        inst._new_work(now)
 
     def reserve(self, now: int, need_dec: int) -> None:
         """Reserve blocks for incoming KVs in arrival order, leaving this step's decode blocks."""
@@ -123,10 +120,7 @@ class DecodeSide:
         self.landed.append(req)
         inst.waiting_tokens += 1  # its next decode token
         inst._publish_queue()
-        if not inst.busy:
-            inst._wake(now)
-        else:
-            inst._cut_run(now)
+        inst._new_work(now)
 
     def admit_landed(self, budget: int) -> int:
         """Landed requests join the decoders while sequence slots and budget last."""

@@ -264,6 +264,14 @@ class Instance(Scheduler):
             self.version = version = self.version + 1
             self.loop.schedule(plan.end_us, self.priority, self._event, version)
 
+    def _new_work(self, now: int) -> None:
+        """Work that could run arrived (a landed KV or CPU load, an incoming KV's blocks to reserve): wake
+        an idle instance, or end a fast-forwarded run at the next step boundary."""
+        if not self.busy:
+            self._wake(now)
+        else:
+            self._cut_run(now)
+
     def _cut(self, now: int) -> None:
         """End a fast-forwarded run at the next step boundary whatever joins (a cancelled request leaves)."""
         plan = self.plan
