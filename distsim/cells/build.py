@@ -21,7 +21,7 @@ from typing import Any
 
 from distsim.cells.base import FrontContext
 from distsim.cells.directory import CellDirectory
-from distsim.cells.fleet import CellSink, Fleet
+from distsim.cells.fleet import Fleet
 from distsim.cells.network import Network
 from distsim.cluster.build import assemble, build_cluster, build_instances
 from distsim.cluster.cluster import Cluster
@@ -71,24 +71,20 @@ def build_fleet(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        clusters, sinks = [], []
+        clusters = []
         for c in range(n):
             instances, pool_of = build_instances(
                 share, loop, fast_forward, first=c * size, first_group=c * groups, instance_cls=instance_cls,
                 cancellable=policy.hedge.enabled,
             )
-            sink = CellSink(c)
-            clusters.append(assemble(
-                instances, pool_of, policy, signals, transfer, loop, sink, seed=seed, slo=slo, frontend=frontend,
+            clusters.append(assemble(  # the fleet subscribes to each cell's records
+                instances, pool_of, policy, signals, transfer, loop, None, seed=seed, slo=slo, frontend=frontend,
                 suffix=f"/cell/{c}",
             ))
-            sinks.append(sink)
         network = Network(cells, seed)
         directory = CellDirectory([size] * n, cells, loop, stream(seed, "cells/summaries"), network.rtt_us)
         front = cells.front(FrontContext(n, stream(seed, "cells/front")))
         fleet = Fleet(clusters, network, directory, front, cells, loop, recorder)
-        for sink in sinks:
-            sink.fleet = fleet
     finally:
         if collecting:
             gc.enable()

@@ -22,6 +22,7 @@ import heapq
 import math
 from array import array
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import Any
 
 from distsim.cells.directory import CellDirectory
@@ -31,19 +32,6 @@ from distsim.config.settings import CellSettings
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.request import Request, Status
-
-
-class CellSink:
-    """Where a cell's cluster records its requests: through the fleet (the way back, the cell's counts)."""
-
-    __slots__ = ("fleet", "cell")
-
-    def __init__(self, cell: int):
-        self.fleet: Fleet | None = None  # set once the fleet exists
-        self.cell = cell
-
-    def done(self, req: Request) -> None:
-        self.fleet.recorded(self.cell, req)
 
 
 class _Boards:
@@ -68,6 +56,8 @@ class Fleet(Intake):
         self.settings = settings
         self.loop = loop
         self.record_listeners = [recorder.done]  # told of each request's final status, as the client sees it
+        for c, cell in enumerate(cells):  # a cell's records come through the fleet (the way back, its counts)
+            cell.record_listeners.append(partial(self.recorded, c))
         self.instances = [inst for cell in cells for inst in cell.instances]
         self.pool_of = [pool for cell in cells for pool in cell.pool_of]
         self.dp, self.disaggregated, self.trace = cells[0].dp, cells[0].disaggregated, cells[0].trace

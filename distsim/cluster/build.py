@@ -153,12 +153,13 @@ def build_cluster(
 
 def assemble(
     instances: list[Instance], pool_of: list[Any], policy: PolicySettings, signals: SignalSettings,
-    transfer: TransferSettings, loop: EventLoop, recorder: RecordSink, *, seed: int, slo: SloDefaults,
+    transfer: TransferSettings, loop: EventLoop, recorder: RecordSink | None, *, seed: int, slo: SloDefaults,
     frontend: FrontendSettings | None = None, suffix: str = "",
 ) -> Cluster:
     """A cluster over ``instances`` (the whole fleet, or one cell's, numbered consecutively) with its own
     signal board, router state, routers, prefix index and admission; ``suffix`` ends their stream names.
-    ``recorder`` (the run's, or a cell's sink) is the first to hear of each request's final status."""
+    ``recorder`` (the run's; None for a cell's cluster, whose fleet subscribes) is the first to hear of each
+    request's final status."""
     board = SignalBoard(instances, signals, loop, stream(seed, "signals" + suffix))
     state = RouterState(len(instances))
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo, suffix)
@@ -170,5 +171,6 @@ def assemble(
     cluster = Cluster(
         instances, pool_of, board, state, routes, admission, policy, transfer, loop, frontend or NO_FRONTEND, hedger,
     )  # fmt: skip
-    cluster.record_listeners.append(recorder.done)
+    if recorder is not None:
+        cluster.record_listeners.append(recorder.done)
     return cluster
