@@ -258,11 +258,10 @@ class Instance(Scheduler):
             self._cut_run(now)
 
     def _cut_run(self, now: int) -> None:
-        """Work that could join a fast-forwarded run arrived: end the run at the next step boundary."""
-        plan = self.plan
-        if plan.ends_us is not None and len(self.running) < self.max_seqs and plan.cut(now):
-            self.version = version = self.version + 1
-            self.loop.schedule(plan.end_us, self.priority, self._event, version)
+        """Work that could join a fast-forwarded run arrived: end the run at the next step boundary (if a
+        sequence slot is free for it)."""
+        if len(self.running) < self.max_seqs:
+            self._cut(now)
 
     def _new_work(self, now: int) -> None:
         """Work that could run arrived (a landed KV or CPU load, an incoming KV's blocks to reserve): wake
