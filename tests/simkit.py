@@ -100,6 +100,7 @@ def run(
     frontend: FrontendSettings | None = None,
     after_event=None,
     cells: dict | None = None,
+    on_built=None,
 ) -> MiniSim:
     params = params or engine()
     latency = latency or LinearLatency(100.0, 2.0, 5.0)
@@ -116,6 +117,8 @@ def run(
         _wrap_checks(sim)
     if after_event is not None:  # a probe called with (sim, now) after each event
         loop.after_event = lambda now: after_event(sim, now)
+    if on_built is not None:  # called with the sim before the first event (to subscribe listeners)
+        on_built(sim)
     cluster.feed(requests)
     loop.run()
     cluster.finish(horizon_us)

@@ -40,7 +40,7 @@ def run_replica(arrivals_us, items, *, max_batch: int, window_us: int, concurren
     loop = EventLoop()
     replica = RuntimeReplica(0, Pool(max_batch, window_us, concurrency, curve), loop)
     done = []
-    replica.on_done = done.append
+    replica.departure_listeners.append(lambda req, now, how: done.append(req))
     reqs = [new_typed_request(i, int(t), "vision", int(n), 224.0, None) for i, (t, n) in enumerate(zip(arrivals_us, items))]
     for req in reqs:
         loop.schedule(req.arrival_us, PRIO_ARRIVAL, lambda now, r: replica.enqueue(r, now), req)

@@ -74,7 +74,7 @@ def test_a_queued_request_is_answered_by_its_copy_on_the_idle_instance():
 
 def _check_all_freed(sim) -> None:
     for inst in sim.cluster.instances:
-        assert not inst.running and not len(inst.waiting) and not inst.aborts and not inst.abort_loads
+        assert not inst.running and not len(inst.waiting) and not inst.aborts and not inst.cancellation.abort_loads
         assert inst.kv.used() == 0, f"instance {inst.index} holds {inst.kv.used()} blocks after the run"
 
 

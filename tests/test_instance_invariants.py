@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from simkit import engine, run
 
-from distsim.instance.instance import Instance
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
 
@@ -34,24 +33,26 @@ def make_requests(seed: int, n: int, rate_per_us: float, pmax: int, dmax: int, b
 
 
 class BatchLimitProbe:
-    """Wraps an instance's planner and checks every planned step against the engine limits."""
+    """Checks every planned step against the engine limits, after each event (the loop's public
+    ``after_event`` hook, through simkit.run): a step is planned in an event and in flight after it."""
 
-    def __init__(self, inst: Instance):
-        self.inst = inst
-        self.steps = 0
-        original = inst._plan_next
+    def __init__(self):
+        self.seen: set[tuple[int, int]] = set()  # (instance, plan version) checked
 
-        def planned(now):
-            original(now)
+    @property
+    def steps(self) -> int:
+        return len(self.seen)
+
+    def __call__(self, sim, now: int) -> None:
+        for inst in sim.cluster.instances:
             plan = inst.plan
-            if plan.steps:
-                tokens = sum(n for _, n in plan.chunks) + plan.decoders
-                assert tokens <= inst.max_tokens, f"{tokens} tokens > budget {inst.max_tokens}"
-                assert len(inst.running) <= inst.max_seqs
-                assert plan.decoders + len(plan.chunks) <= inst.max_seqs
-                self.steps += 1
-
-        inst._plan_next = planned
+            if not plan.steps or (inst.index, inst.version) in self.seen:
+                continue
+            tokens = sum(n for _, n in plan.chunks) + plan.decoders
+            assert tokens <= inst.max_tokens, f"{tokens} tokens > budget {inst.max_tokens}"
+            assert len(inst.running) <= inst.max_seqs
+            assert plan.decoders + len(plan.chunks) <= inst.max_seqs
+            self.seen.add((inst.index, inst.version))
 
 
 configs = st.fixed_dictionaries(
@@ -113,23 +114,11 @@ def test_invariants_hold_after_every_event(c):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs)
 def test_batch_limits_hold_for_every_step(c):
-    import simkit
-
     params = _params(c)
-    probes: list[BatchLimitProbe] = []
-    original_init = Instance.__init__
-
-    def init(self, *a, **kw):
-        original_init(self, *a, **kw)
-        probes.append(BatchLimitProbe(self))
-
-    Instance.__init__ = init
-    try:
-        sim = simkit.run(_requests(c), params, instances=c["instances"], fast_forward=False)
-    finally:
-        Instance.__init__ = original_init
+    probe = BatchLimitProbe()
+    sim = run(_requests(c), params, instances=c["instances"], fast_forward=False, after_event=probe)
     completed = sum(i.stats.completed for i in sim.cluster.instances)
-    assert sum(p.steps for p in probes) >= (1 if completed else 0)
+    assert probe.steps >= (1 if completed else 0)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

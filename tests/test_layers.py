@@ -52,13 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 # Arrows up that other work removes; each names its owner. The test fails once one is gone (remove it here).
-KNOWN_UP: dict[tuple[str, str], str] = {
-    # removed by the composition branch (the recorder becomes a cluster listener)
-    ("distsim.cluster.cluster", "distsim.metrics.recorder"): "composition",
-    ("distsim.cluster.build", "distsim.metrics.recorder"): "composition",
-    # the autoscaler attached at build time; the composition branch makes it a listener wired from above
-    ("distsim.cluster.build", "distsim.autoscale.controller"): "composition",
-}
+KNOWN_UP: dict[tuple[str, str], str] = {}
 
 
 def _prefix(module: str) -> str:

@@ -149,7 +149,7 @@ def test_a_replicas_busy_time_is_credited_at_batch_ends():
     arrivals = np.cumsum(rng.exponential(400, 400)).astype(np.int64) + 1
     loop = EventLoop()
     replica = RuntimeReplica(0, _Pool(), loop)
-    replica.on_done = lambda req: None
+    replica.departure_listeners.append(lambda req, now, how: None)
     for i, t in enumerate(arrivals.tolist()):
         req = new_typed_request(i, t, "vision", int(rng.integers(1, 4)), 224.0, None)
         loop.schedule(t, PRIO_ARRIVAL, lambda now, r: replica.enqueue(r, now), req)

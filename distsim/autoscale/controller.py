@@ -20,6 +20,7 @@ state and view; when a replica is idle; that it has no cache to empty) is its si
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,11 +56,15 @@ class ScaledPool:
 
 
 class Autoscaler:
-    def __init__(self, cluster: Any, pools: list[Any], recorder: Any, seed: int = 0):
+    """Scales ``cluster``'s autoscaled ``pools``. Each LLM pool's completion watch listens to the cluster's
+    records (``ttft_slo_ms``: the default TTFT SLO, ``output_lag_us``: the front end's per-token lag, as the
+    recorder has them); :meth:`request_recorded` is to be subscribed after them (see attach_autoscaler)."""
+
+    def __init__(self, cluster: Any, pools: list[Any], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0):
         self.cluster, self.loop = cluster, cluster.loop
         self.units = len(cluster.instances)  # instances.parquet's rows: the cluster's, then any runtime replicas
         self.llm = LlmSide(cluster)
-        self.active = cluster._active  # whether the run has anything left to do
+        self._activity: list[Callable[[], bool]] = [cluster._active]  # whether each side has anything left to do
         self.stopped = False
         self._checking: set[int] = set()  # engines (first of a replica) with a drain check pending
         self.pools: list[ScaledPool] = []
@@ -68,7 +73,8 @@ class Autoscaler:
             dp = spec.data_parallel_size
             if spec.autoscale is not None:
                 engines = [tuple(range(first + k * dp, first + (k + 1) * dp)) for k in range(spec.built_count)]
-                watch = CompletionWatch(recorder, {e for group in engines for e in group})
+                watch = CompletionWatch({e for group in engines for e in group}, ttft_slo_ms, output_lag_us)
+                cluster.record_listeners.append(watch.heard)
                 self.add(spec, engines, watch, self.llm, seed)
             first += spec.built_count * dp
 
@@ -178,10 +184,18 @@ class Autoscaler:
         sp.replicas.record(now, sp.asked if wanted is None else wanted)
 
     # ------------------------------------------------------------------ the end
-    def recorded(self) -> None:
-        """A request reached its final status: once nothing is left to do, stop (see the module doc), in an
-        event of its own at this instant, so no instance is in the middle of its own event when its
-        replica leaves."""
+    def also_active(self, active: Callable[[], bool]) -> None:
+        """The run goes on while ``active()`` too (the runtimes' front beside the cluster)."""
+        self._activity.append(active)
+
+    def active(self) -> bool:
+        """Whether the run has anything left to do."""
+        return any(active() for active in self._activity)
+
+    def request_recorded(self, req: Any) -> None:
+        """A record listener: a request reached its final status. Once nothing is left to do, stop (see the
+        module doc), in an event of its own at this instant, so no instance is in the middle of its own
+        event when its replica leaves."""
         if self.stopped or self.active():
             return
         self.stopped = True
@@ -214,26 +228,15 @@ class Autoscaler:
         return billed
 
 
-class _RecorderTap:
-    """The cluster's recorder, telling the autoscaler of each final status (so it can stop)."""
-
-    def __init__(self, recorder: Any, autoscaler: Autoscaler):
-        self.recorder, self.autoscaler = recorder, autoscaler
-
-    def done(self, req: Any) -> None:
-        self.recorder.done(req)
-        self.autoscaler.recorded()
-
-    def __getattr__(self, name: str) -> Any:  # the recorder's records and settings, read as they are
-        return getattr(self.recorder, name)
-
-
-def attach_autoscaler(cluster: Any, pools: list[Any], seed: int = 0) -> Autoscaler:
+def attach_autoscaler(
+    cluster: Any, pools: list[Any], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0
+) -> Autoscaler:
     """Autoscale ``cluster``'s autoscaled pools (built with ``max`` replicas each): from now only their
-    initial ``count`` serve. Each pool's scaler gets its own random stream, "autoscale/<pool>". Sets
+    initial ``count`` serve. Each pool's scaler gets its own random stream, "autoscale/<pool>". The
+    autoscaler listens to the cluster's records (after the recorder and its watches) and is
     ``cluster.autoscaler``."""
-    autoscaler = Autoscaler(cluster, pools, cluster.recorder, seed)
-    cluster.recorder = _RecorderTap(cluster.recorder, autoscaler)
+    autoscaler = Autoscaler(cluster, pools, seed, ttft_slo_ms=ttft_slo_ms, output_lag_us=output_lag_us)
+    cluster.record_listeners.append(autoscaler.request_recorded)
     cluster.autoscaler = autoscaler
     autoscaler.start()
     return autoscaler

@@ -1,7 +1,8 @@
 """Draining: a replica scaled down takes no new request (it is no longer a candidate) but finishes what it
-holds, then leaves. Its engines' completion callbacks are wrapped while it drains, so the controller
-checks for the end right after each request leaves it (a completion, a drop, a hedged copy let go, or
-under P/D the end of a KV hand-off; every evaluation checks too); the wrappers go when it leaves, so no other instance pays anything."""
+holds, then leaves. While it drains, each of its engines has a departure listener
+(distsim.instance.departure), so the controller checks for the end right after each request leaves it (a
+completion, a drop, a hedged copy let go, or under P/D the end of a KV hand-off; every evaluation checks
+too); the listener goes when the replica leaves, so no other engine pays anything."""
 
 from __future__ import annotations
 
@@ -18,33 +19,21 @@ def engine_idle(inst: Any, state: Any, i: int) -> bool:
     )
 
 
-class DrainHooks:
-    """Wraps and restores a draining engine's ``on_done``, ``on_aborted`` (a hedged copy let go) and
-    ``release_held``."""
+class DrainListeners:
+    """The departure listeners of draining units (engines, or runtime replicas), by unit number."""
 
     def __init__(self) -> None:
-        self._saved: dict[int, tuple[Callable, Callable | None]] = {}
+        self._listening: dict[int, tuple[Any, Callable[..., None]]] = {}
 
-    def attach(self, inst: Any, poke: Callable[[], None]) -> None:
-        done, aborted, release = inst.on_done, inst.on_aborted, inst.release_held
+    def attach(self, unit: Any, number: int, poke: Callable[[], None]) -> None:
+        """``poke()`` after each request that leaves ``unit`` (it has a ``departure_listeners`` list)."""
 
-        def on_done(req: Any) -> None:
-            done(req)
+        def departed(req: Any, now: int, how: Any) -> None:
             poke()
 
-        def on_aborted(req: Any, now: int) -> None:
-            aborted(req, now)
-            poke()
+        unit.departure_listeners.append(departed)
+        self._listening[number] = (unit, departed)
 
-        def release_held(req: Any, now: int) -> None:
-            release(req, now)
-            poke()
-
-        self._saved[inst.index] = (done, aborted)
-        inst.on_done, inst.release_held = on_done, release_held
-        if aborted is not None:
-            inst.on_aborted = on_aborted
-
-    def detach(self, inst: Any) -> None:
-        inst.on_done, inst.on_aborted = self._saved.pop(inst.index)
-        del inst.release_held  # the class's method again
+    def detach(self, number: int) -> None:
+        unit, departed = self._listening.pop(number)
+        unit.departure_listeners.remove(departed)

@@ -4,8 +4,9 @@ Instance-reported signals (queue depth, running batch, KV use) come from the clu
 signals config's scrape interval, jitter and transport delay apply to the autoscaler as to the routers;
 requests outstanding and in transit are the router's own counts, always current. Values are per serving
 replica (a data-parallel replica sums its engines' counts and averages their KV use). Completions are
-read from the recorder as the gateway sees them finish: the completed requests of the pool since the last
-evaluation, and how many of them missed their TTFT SLO.
+heard as the gateway sees them finish (a watch listens to the records of the cluster, or of the runtimes'
+front): the completed requests of the pool since the last evaluation, and how many of them missed their
+TTFT SLO.
 """
 
 from __future__ import annotations
@@ -15,48 +16,48 @@ from typing import Any
 
 import numpy as np
 
-from distsim.metrics.recorder import _FIELDS
-from distsim.request import Status
+from distsim.request import Request, Status
 
-_STATUS, _INSTANCE, _PREFILL = _FIELDS.index("status"), _FIELDS.index("instance"), _FIELDS.index("prefill_instance")
-_ARRIVAL, _FIRST, _SLO = _FIELDS.index("arrival_us"), _FIELDS.index("first_token_us"), _FIELDS.index("ttft_slo_ms")
-_ID, _COMPLETION = _FIELDS.index("request_id"), _FIELDS.index("completion_us")
+COMPLETED = Status.COMPLETED
 
 
 class CompletionWatch:
     """The pool's completed requests since the last look, and their TTFT SLO misses (as the client sees
-    the first token: the front end's per-token lag included)."""
+    the first token: the front end's per-token lag ``output_lag_us`` included; ``default_ttft_slo_ms`` for a
+    request without its own SLO). :meth:`heard` is a record listener (distsim.cluster.cluster.RecordListener)."""
 
-    def __init__(self, recorder: Any, engines: set[int]):
-        self.recorder = recorder
+    def __init__(self, engines: set[int], default_ttft_slo_ms: float = 0.0, output_lag_us: int = 0):
         self.engines = engines
-        self.cursor = 0
+        self.default_ttft_slo_ms = default_ttft_slo_ms
+        self.output_lag_us = output_lag_us
+        self.done = 0  # since the last look
+        self.missed_slo = 0
+
+    def heard(self, req: Request) -> None:
+        """A request reached its final status."""
+        if req.status != COMPLETED or (req.instance not in self.engines and req.prefill_instance not in self.engines):
+            return
+        self.done += 1
+        self.missed_slo += self.missed(req)
 
     def since_last(self) -> tuple[int, int]:
-        records = self.recorder.records
-        done = missed = 0
-        lag, default = self.recorder.output_lag_us, self.recorder.default_ttft_slo_ms
-        for rec in records[self.cursor :]:
-            if rec[_STATUS] != Status.COMPLETED or (rec[_INSTANCE] not in self.engines and rec[_PREFILL] not in self.engines):
-                continue
-            done += 1
-            missed += self.missed(rec, lag, default)
-        self.cursor = len(records)
-        return done, missed
+        counts = self.done, self.missed_slo
+        self.done = self.missed_slo = 0
+        return counts
 
-    def missed(self, rec: tuple, lag: int, default: float) -> bool:
+    def missed(self, req: Request) -> bool:
         """The completed request's first token came later than its TTFT SLO."""
-        slo = default if rec[_SLO] is None else rec[_SLO]
-        return (rec[_FIRST] + lag - rec[_ARRIVAL]) / 1000.0 > slo
+        slo = self.default_ttft_slo_ms if req.ttft_slo_ms is None else req.ttft_slo_ms
+        return (req.first_token_us + self.output_lag_us - req.arrival_us) / 1000.0 > slo
 
 
 class LatencyWatch(CompletionWatch):
     """A runtime pool's completions: a non-LLM request has no first token; it misses when its result came
     later than its type's latency SLO (none: never)."""
 
-    def missed(self, rec: tuple, lag: int, default: float) -> bool:
-        slo = self.recorder.typed[rec[_ID]][3]
-        return slo is not None and (rec[_COMPLETION] - rec[_ARRIVAL]) / 1000.0 > slo
+    def missed(self, req: Request) -> bool:
+        slo = req.latency_slo_ms
+        return slo is not None and (req.completion_us - req.arrival_us) / 1000.0 > slo
 
 
 @dataclass

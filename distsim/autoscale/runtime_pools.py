@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from distsim.autoscale.controller import Autoscaler, _RecorderTap
+from distsim.autoscale.controller import Autoscaler
 from distsim.autoscale.probe import LatencyWatch
 from distsim.autoscale.sides import RuntimeSide
 
@@ -26,19 +26,20 @@ def attach_runtime_autoscaling(front: Any, pools: Sequence[Any], seed: int) -> A
     cluster = front.cluster
     autoscaler = getattr(cluster, "autoscaler", None)
     if autoscaler is None:
-        autoscaler = Autoscaler(cluster, [], cluster.recorder, seed)
-        cluster.recorder = _RecorderTap(cluster.recorder, autoscaler)
+        autoscaler = Autoscaler(cluster, [], seed)
+        cluster.record_listeners.append(autoscaler.request_recorded)
         cluster.autoscaler = autoscaler
-    front.recorder = _RecorderTap(front.recorder, autoscaler)
+    front.record_listeners.append(autoscaler.request_recorded)
     autoscaler.units += len(front.runtimes)
-    autoscaler.active = lambda: cluster._active() or front._active()
+    autoscaler.also_active(front._active)
     sides = {name: RuntimeSide(route) for name, route in front.routes.items()}
     added = []
     for spec in pools:
         if spec.autoscale is None:
             continue
         engines = [(r.index,) for r in front.runtimes if r.pool is spec]
-        watch = LatencyWatch(front.recorder, {e for (e,) in engines})
+        watch = LatencyWatch({e for (e,) in engines})
+        front.record_listeners.append(watch.heard)
         added.append(autoscaler.add(spec, engines, watch, sides[spec.serves], seed))
     autoscaler.start(added)
     return autoscaler

@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from distsim.autoscale.drain import DrainHooks, engine_idle
+from distsim.autoscale.drain import DrainListeners, engine_idle
 from distsim.autoscale.membership import Membership
 from distsim.autoscale.replicas import SERVING
-from distsim.instance.kv_cache import KVCache
 
 
 class LlmSide:
@@ -30,7 +29,7 @@ class LlmSide:
         self.board, self.state = cluster.board, cluster.state
         self.serving = np.ones(len(self.instances), dtype=bool)  # fixed pools always serve
         self.membership = Membership(cluster)
-        self.hooks = DrainHooks()
+        self.draining = DrainListeners()
 
     def local(self, engines: Iterable[int]) -> list[int]:
         return list(engines)
@@ -39,13 +38,12 @@ class LlmSide:
         return engine_idle(self.instances[e], self.state, e)
 
     def drain(self, e: int, poke: Callable[[], None]) -> None:
-        self.hooks.attach(self.instances[e], poke)
+        self.draining.attach(self.instances[e], e, poke)
 
     def leave(self, e: int) -> None:
-        """The engine's hooks go, its caches are emptied and the router's prefix index forgets it."""
-        inst = self.instances[e]
-        self.hooks.detach(inst)
-        forget_caches(inst)
+        """The engine's drain listener goes, its caches are emptied and the router's prefix index forgets it."""
+        self.draining.detach(e)
+        self.instances[e].forget_caches()
         index = self.cluster.prefix_index
         if index is not None:
             index.forget(e)
@@ -72,7 +70,7 @@ class RuntimeSide:
         self.board, self.state = route.board, route.state
         self.position = {r.index: k for k, r in enumerate(route.replicas)}
         self.serving = np.ones(len(route.replicas), dtype=bool)
-        self._saved: dict[int, Callable] = {}
+        self.draining = DrainListeners()
 
     def local(self, engines: Iterable[int]) -> list[int]:
         return [self.position[e] for e in engines]
@@ -85,17 +83,10 @@ class RuntimeSide:
                 and not len(replica.batcher))
 
     def drain(self, e: int, poke: Callable[[], None]) -> None:
-        replica = self.route.replicas[self.position[e]]
-        done = self._saved[e] = replica.on_done
-
-        def on_done(req: Any) -> None:
-            done(req)
-            poke()
-
-        replica.on_done = on_done
+        self.draining.attach(self.route.replicas[self.position[e]], e, poke)
 
     def leave(self, e: int) -> None:
-        self.route.replicas[self.position[e]].on_done = self._saved.pop(e)
+        self.draining.detach(e)
 
     def update(self, replicas: Iterable[Any]) -> None:
         for replica in replicas:
@@ -110,12 +101,3 @@ class RuntimeSide:
     def candidates(self) -> set[int]:
         return {self.route.replicas[int(k)].index for k in self.route.view.members}
 
-
-def forget_caches(inst: Any) -> None:
-    """A drained engine's caches emptied (its counters kept): the GPU prefix cache, and the CPU KV tier's
-    blocks. It holds no request, so every block is free or evictable."""
-    kv = KVCache(inst.kv.total)
-    kv.evictions = inst.kv.evictions
-    inst.kv = kv
-    if inst.cpu is not None:
-        inst.cpu.blocks.clear()

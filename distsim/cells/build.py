@@ -19,9 +19,10 @@ import gc
 from collections.abc import Sequence
 from typing import Any
 
+from distsim.autoscale.controller import attach_autoscaler
 from distsim.cells.base import FrontContext
 from distsim.cells.directory import CellDirectory
-from distsim.cells.fleet import CellSink, Fleet
+from distsim.cells.fleet import Fleet
 from distsim.cells.network import Network
 from distsim.cells.settings import CellSettings
 from distsim.cluster.build import assemble, build_cluster, build_instances
@@ -43,10 +44,14 @@ def build_world(
     than one cell the fleet of cells, which the run uses alike; its engines are ``instance_cls`` objects
     (distsim.instance.observed.ObservedInstance when a timeline listens)."""
     if cells is None or not cells.enabled:
-        return build_cluster(
+        cluster = build_cluster(
             pools, policy, signals, transfer, loop, recorder, seed=seed, fast_forward=fast_forward, slo=slo,
             frontend=frontend, instance_cls=instance_cls,
         )
+        if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
+            lag_us = frontend.output_lag_us if frontend is not None else 0
+            attach_autoscaler(cluster, list(pools), seed, ttft_slo_ms=slo.ttft_ms, output_lag_us=lag_us)
+        return cluster
     return build_fleet(
         pools, policy, signals, transfer, loop, recorder, seed=seed, fast_forward=fast_forward, slo=slo,
         frontend=frontend, cells=cells, instance_cls=instance_cls,
@@ -66,23 +71,20 @@ def build_fleet(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        clusters, sinks = [], []
+        clusters = []
         for c in range(n):
             instances, pool_of = build_instances(
-                share, loop, fast_forward, first=c * size, first_group=c * groups, instance_cls=instance_cls
+                share, loop, fast_forward, first=c * size, first_group=c * groups, instance_cls=instance_cls,
+                cancellable=policy.hedge.enabled,
             )
-            sink = CellSink(c)
-            clusters.append(assemble(
-                instances, pool_of, policy, signals, transfer, loop, sink, seed=seed, slo=slo, frontend=frontend,
+            clusters.append(assemble(  # the fleet subscribes to each cell's records
+                instances, pool_of, policy, signals, transfer, loop, None, seed=seed, slo=slo, frontend=frontend,
                 suffix=f"/cell/{c}",
             ))
-            sinks.append(sink)
         network = Network(cells, seed)
         directory = CellDirectory([size] * n, cells, loop, stream(seed, "cells/summaries"), network.rtt_us)
         front = cells.front(FrontContext(n, stream(seed, "cells/front")))
         fleet = Fleet(clusters, network, directory, front, cells, loop, recorder)
-        for sink in sinks:
-            sink.fleet = fleet
     finally:
         if collecting:
             gc.enable()

@@ -22,6 +22,7 @@ import heapq
 import math
 from array import array
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import Any
 
 from distsim.cells.directory import CellDirectory
@@ -31,19 +32,6 @@ from distsim.cluster.cluster import Cluster, Intake, decision_table, warn_refusa
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.request import Request, Status
-
-
-class CellSink:
-    """Where a cell's cluster records its requests: through the fleet (the way back, the cell's counts)."""
-
-    __slots__ = ("fleet", "cell")
-
-    def __init__(self, cell: int):
-        self.fleet: Fleet | None = None  # set once the fleet exists
-        self.cell = cell
-
-    def done(self, req: Request) -> None:
-        self.fleet.recorded(self.cell, req)
 
 
 class _Boards:
@@ -66,7 +54,10 @@ class Fleet(Intake):
     ):
         self.cells, self.network, self.directory, self.front = cells, network, directory, front
         self.settings = settings
-        self.loop, self.recorder = loop, recorder
+        self.loop = loop
+        self.record_listeners = [recorder.done]  # told of each request's final status, as the client sees it
+        for c, cell in enumerate(cells):  # a cell's records come through the fleet (the way back, its counts)
+            cell.record_listeners.append(partial(self.recorded, c))
         self.instances = [inst for cell in cells for inst in cell.instances]
         self.pool_of = [pool for cell in cells for pool in cell.pool_of]
         self.dp, self.disaggregated, self.trace = cells[0].dp, cells[0].disaggregated, cells[0].trace
@@ -101,7 +92,7 @@ class Fleet(Intake):
         self._pull()
 
     def _active(self) -> bool:
-        return not self._exhausted or self.arrived > len(self.recorder.records)
+        return not self._exhausted or self.arrived > len(self.record_ids)
 
     def accept(self, now: int, req: Request) -> None:
         """A request arrives at the front: the front router picks its cell and sends it there."""
@@ -161,8 +152,9 @@ class Fleet(Intake):
     def _record(self, req: Request, cell: int) -> None:
         self.record_ids.append(req.request_id)
         self.record_cells.append(cell)
-        self.recorder.done(req)
-        if self._exhausted and len(self.recorder.records) == self.arrived:
+        for listener in self.record_listeners:
+            listener(req)
+        if self._exhausted and len(self.record_ids) == self.arrived:
             owners = [owner for cell in self.cells for owner in cell.timer_owners]
             if owners:  # every request is recorded: pending timers must not prolong the run
                 self.loop.drop(*owners)
@@ -220,7 +212,7 @@ class Fleet(Intake):
                     raise SimulationError(f"INV-16: request {rid} both {places[rid]} and in cell {c} ({where})")
                 places[rid] = f"cell {c}: {where}"
             self._check_capacity(c, inside)
-        recorded = len(self.recorder.records)
+        recorded = len(self.record_ids)
         if self.arrived != recorded + len(places) or sum(self.routed) != self.arrived:
             raise SimulationError(
                 f"INV-16: requests not conserved: {self.arrived} arrived (front routed {sum(self.routed)}) != "

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from distsim.cluster.cluster import NO_FRONTEND, Cluster, Routes
+from distsim.cluster.cluster import NO_FRONTEND, Cluster, RecordSink, Routes
 from distsim.cluster.hedging import Hedger
 from distsim.cluster.mig import instance_slices, price_per_hour
 from distsim.cluster.prefix_index import PrefixIndex
@@ -24,7 +24,6 @@ from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.instance import Instance
-from distsim.metrics.recorder import Recorder
 from distsim.policies.base import PolicyContext
 from distsim.policies.settings import PolicyChoice
 from distsim.workload.settings import SloDefaults
@@ -34,12 +33,13 @@ PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as l
 
 def build_instances(
     pools: Sequence[Any], loop: EventLoop, fast_forward: bool, *, first: int = 0, first_group: int = 0,
-    instance_cls: type[Instance] = Instance,
+    instance_cls: type[Instance] = Instance, cancellable: bool = False,
 ) -> tuple[list[Instance], list[Any]]:
     """One Instance per engine, numbered in pool order from ``first``: a configured instance with
     data_parallel_size N is N consecutive engines sharing one ``dp_group`` (the configured instance's
     number, from ``first_group``); and each engine's pool. ``instance_cls``: Instance, or a subclass such
-    as distsim.instance.observed.ObservedInstance when a timeline listens to the steps."""
+    as distsim.instance.observed.ObservedInstance when a timeline listens to the steps; ``cancellable``:
+    the cluster hedges, so its engines can cancel requests (policy.hedge)."""
     instances: list[Instance] = []
     pool_of: list[Any] = []
     group = first_group
@@ -51,15 +51,15 @@ def build_instances(
                     pool.engine,
                     pool.latency,
                     loop,
-                    None,  # the cluster wires its callbacks
                     fast_forward=fast_forward,
                     pool=pool.name,
                     role=pool.role,
                     hardware=pool.hardware.name,
                     gpus=pool.tensor_parallel_size,
+                    dp_group=group,
+                    cpu=cpu_tier(pool),
+                    cancellable=cancellable,
                 )
-                inst.dp_group = group
-                inst.cpu = cpu_tier(pool)
                 instances.append(inst)
                 pool_of.append(pool)
             group += 1
@@ -129,27 +129,27 @@ def build_routes(
 
 def build_cluster(
     pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
-    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
+    loop: EventLoop, recorder: RecordSink, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
     frontend: FrontendSettings | None = None, instance_cls: type[Instance] = Instance,
 ) -> Cluster:
     """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (with cells:
-    distsim.cells.build.build_world); its engines are ``instance_cls`` objects."""
-    instances, pool_of = build_instances(pools, loop, fast_forward, instance_cls=instance_cls)
-    cluster = assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
-    if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
-        from distsim.autoscale.controller import attach_autoscaler
-
-        attach_autoscaler(cluster, list(pools), seed)
-    return cluster
+    distsim.cells.build.build_world, which also attaches an autoscaler to pools that have one); its
+    engines are ``instance_cls`` objects."""
+    instances, pool_of = build_instances(
+        pools, loop, fast_forward, instance_cls=instance_cls, cancellable=policy.hedge.enabled
+    )
+    return assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
 
 
 def assemble(
     instances: list[Instance], pool_of: list[Any], policy: PolicySettings, signals: SignalSettings,
-    transfer: TransferSettings, loop: EventLoop, recorder: Any, *, seed: int, slo: SloDefaults,
+    transfer: TransferSettings, loop: EventLoop, recorder: RecordSink | None, *, seed: int, slo: SloDefaults,
     frontend: FrontendSettings | None = None, suffix: str = "",
 ) -> Cluster:
     """A cluster over ``instances`` (the whole fleet, or one cell's, numbered consecutively) with its own
-    signal board, router state, routers, prefix index and admission; ``suffix`` ends their stream names."""
+    signal board, router state, routers, prefix index and admission; ``suffix`` ends their stream names.
+    ``recorder`` (the run's; None for a cell's cluster, whose fleet subscribes) is the first to hear of each
+    request's final status."""
     board = SignalBoard(instances, signals, loop, stream(seed, "signals" + suffix))
     state = RouterState(len(instances))
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo, suffix)
@@ -158,7 +158,9 @@ def assemble(
     hedger = None
     if policy.hedge.enabled:
         hedger = Hedger(policy.hedge, slo.ttft_ms, instances[0].index, stream(seed, "hedge" + suffix))
-    return Cluster(
-        instances, pool_of, board, state, routes, admission, policy, transfer, loop, recorder,
-        frontend or NO_FRONTEND, hedger,
+    cluster = Cluster(
+        instances, pool_of, board, state, routes, admission, policy, transfer, loop, frontend or NO_FRONTEND, hedger,
     )  # fmt: skip
+    if recorder is not None:
+        cluster.record_listeners.append(recorder.done)
+    return cluster

@@ -11,24 +11,25 @@ lands; then the first token reaches the user (TTFT includes the transfer) and de
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from distsim.cluster.data_parallel import DataParallelBalancer
-from distsim.cluster.hedging import Hedger
+from distsim.cluster.hedging import Hedger, HedgeTimers
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.errors import SimulationError, warn_config
 from distsim.events.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
-from distsim.instance.batching import PrefillBatcher
+from distsim.instance.departure import Departure
 from distsim.instance.instance import Instance
-from distsim.metrics.recorder import Recorder
 from distsim.request import Request, Status
+
+FINISHED, ABORTED = Departure.FINISHED, Departure.ABORTED
 
 NO_FRONTEND = FrontendSettings()
 
@@ -45,8 +46,19 @@ class Routes:
     prefix_index: PrefixIndex | None = None
 
 
+# told of each request the cluster records with its final status (completed, rejected, dropped, unfinished),
+# in subscription order: the run's recorder (of the metrics package) first, then an autoscaler's
+RecordListener = Callable[[Request], None]
+
+
+class RecordSink(Protocol):
+    """What the assembly subscribes to a cluster's records: the run's recorder, or a cell's sink."""
+
+    def done(self, req: Request) -> None: ...
+
+
 class ClusterListener(Protocol):
-    """What a cluster tells the listeners on its ``listeners`` list (distsim.metrics.timeline is one) of
+    """What a cluster tells the listeners on its ``listeners`` list (the metrics package's timeline is one) of
     events no table keeps; a listener reads, never writes. Instance numbers are global."""
 
     def handed_off(self, req: Request, now: int) -> None:
@@ -84,10 +96,19 @@ class Intake:
     def accept(self, now: int, req: Request) -> None:
         raise NotImplementedError
 
+    def end_arrivals(self) -> None:
+        """No request will arrive any more (a front that feeds this intake ran out of them)."""
+        self._exhausted = True
+
 
 class Cluster(Intake):
     """The cluster's event handlers: arrival, admission, routing, dispatch, P/D hand-off, completion.
-    Assembled by :func:`distsim.cluster.build.build_cluster` from resolved settings."""
+    Assembled by :func:`distsim.cluster.build.build_cluster` from resolved settings.
+
+    Who listens: ``record_listeners`` hear of each request's final status (the recorder subscribes when the
+    cluster is assembled, an autoscaler when it attaches); ``listeners`` (:class:`ClusterListener`) of
+    hand-offs, KV transfers and hedges. The cluster is itself the first departure listener of each of its
+    instances (:meth:`Instance.connect`)."""
 
     def __init__(
         self,
@@ -100,11 +121,12 @@ class Cluster(Intake):
         policy: PolicySettings,
         transfer: TransferSettings,
         loop: EventLoop,
-        recorder: Recorder,
         frontend: FrontendSettings = NO_FRONTEND,
         hedger: Hedger | None = None,
     ):
-        self.loop, self.recorder = loop, recorder
+        self.loop = loop
+        self.record_listeners: list[RecordListener] = []
+        self.autoscaler: Any = None  # distsim.autoscale.controller.Autoscaler, once one attaches
         self.instances, self.pool_of = instances, pool_of
         # global number of instances[0]: a cell's cluster numbers its instances from 0 internally (its
         # board, router state, views and prefix index are the cell's size) and requests carry global numbers
@@ -121,9 +143,7 @@ class Cluster(Intake):
         self.frontend = frontend if frontend.ingests else None  # ingestion delays each request's dispatch
         self.trace = policy.trace_decisions
         self.dp = DataParallelBalancer(instances, state.in_transit) if DataParallelBalancer.needed(instances) else None
-        for inst in instances:
-            inst.on_done, inst.on_prefilled, inst.on_reserved = self._on_done, self._on_prefilled, self._on_reserved
-        self._wire_hedger(hedger)
+        self._connect(hedger)
         self.decisions: list[tuple] = []
         self.listeners: list[ClusterListener] = []  # told of hand-offs, KV transfers and hedges (a timeline)
         self.arrived = 0  # requests that entered this cluster
@@ -138,17 +158,17 @@ class Cluster(Intake):
         self._transit: dict[int, Request] = {}
         self._in_transfer: dict[int, Request] = {}
 
-    def _wire_hedger(self, hedger: Hedger | None) -> None:
-        """Hedging (policy.hedge): the hedger's timers come here, and the instances report first tokens
-        and cancelled copies. ``timer_owners``: whose pending timers are dropped once every request is
-        recorded (the hedger's, the prefill batchers')."""
+    def _connect(self, hedger: Hedger | None) -> None:
+        """The instances tell this cluster of departures, P/D hand-off steps and, with hedging
+        (policy.hedge), first tokens. ``timer_owners``: whose pending timers are dropped once every request
+        is recorded (the hedge timers, the prefill batchers')."""
         self.hedger = hedger
-        batchers = [b for inst in self.instances if isinstance(b := getattr(inst, "batcher", None), PrefillBatcher)]
-        self.timer_owners = ([hedger] if hedger is not None else []) + batchers
-        if hedger is not None:
-            hedger.on_timer = self._hedge
-            for inst in self.instances:
-                inst.on_first_token, inst.on_aborted = self._on_first_token, self._on_aborted
+        self.hedge_timers = HedgeTimers(self._hedge) if hedger is not None else None
+        first_token = self._on_first_token if hedger is not None else None
+        for inst in self.instances:
+            inst.connect(self._departed, prefilled=self._on_prefilled, reserved=self._on_reserved, first_token=first_token)
+        batchers = [inst.batcher for inst in self.instances if inst.batcher is not None]
+        self.timer_owners = ([self.hedge_timers] if hedger is not None else []) + batchers
 
     @property
     def num_instances(self) -> int:
@@ -187,7 +207,7 @@ class Cluster(Intake):
             req.prefill_instance = target + self.base
         self._dispatch(req, target, now)
         if self.hedger is not None:
-            self.loop.schedule(now + self.hedger.delay_us(req), PRIO_CLUSTER, self.hedger.timer, (req, target))
+            self.loop.schedule(now + self.hedger.delay_us(req), PRIO_CLUSTER, self.hedge_timers.fire, (req, target))
 
     def _dispatch(self, req: Request, target: int, now: int) -> None:
         """Send a routed request (or a hedge's copy) to instance ``target``, after the dispatch delay."""
@@ -228,6 +248,14 @@ class Cluster(Intake):
         self.state.in_transit[target] -= 1
         self.instances[target].enqueue(req, now)
 
+    def _departed(self, req: Request, now: int, how: Departure) -> None:
+        """A request left one of this cluster's instances: finished there (completed, refused or dropped),
+        or a cancelled copy let go; a P/D hand-off's released blocks need nothing here."""
+        if how is FINISHED:
+            self._on_done(req)
+        elif how is ABORTED:
+            self._on_aborted(req, now)
+
     def _on_done(self, req: Request) -> None:
         """An instance finished (completed or dropped) a request."""
         if req.instance >= 0:
@@ -243,7 +271,8 @@ class Cluster(Intake):
 
     def _record(self, req: Request) -> None:
         self.recorded += 1
-        self.recorder.done(req)
+        for listener in self.record_listeners:
+            listener(req)
         if self.timer_owners and self._exhausted and self.recorded == self.arrived:
             self.loop.drop(*self.timer_owners)  # every request is recorded: pending timers must not prolong the run
 
@@ -265,7 +294,7 @@ class Cluster(Intake):
         for listener in self.listeners:
             listener.hedged(now, req, copy, first_target + self.base, target + self.base)
         if hedger.wants_copy(req):
-            self.loop.schedule(now + hedger.delay_us(req), PRIO_CLUSTER, hedger.timer, item)
+            self.loop.schedule(now + hedger.delay_us(req), PRIO_CLUSTER, self.hedge_timers.fire, item)
 
     def _copy_target(self, req: Request, taken: list[int]) -> int | None:
         """Where a copy goes (this cluster's numbering): by ``policy.hedge.target`` among the instances
@@ -325,13 +354,13 @@ class Cluster(Intake):
         decode = self._decode_target.pop(req.request_id)
         if req.generated >= req.output_tokens:  # a one-token answer needs no decode instance
             self.state.outstanding[decode] -= 1
-            prefill.release_held(req, now)
+            prefill.handoff.release(req, now)
             req.completion_us = now
             req.status = Status.COMPLETED
             self._record(req)
             return
         req.first_token_us = -1  # the first token reaches the user when the KV has landed
-        self.instances[decode].incoming(req, now)
+        self.instances[decode].handoff.incoming(req, now)
 
     def _on_reserved(self, req: Request, now: int) -> None:
         """The decode instance holds blocks for the KV: send it."""
@@ -348,10 +377,10 @@ class Cluster(Intake):
 
     def _transfer_done(self, now: int, req: Request) -> None:
         del self._in_transfer[req.request_id]
-        self.instances[req.prefill_instance - self.base].release_held(req, now)
+        self.instances[req.prefill_instance - self.base].handoff.release(req, now)
         req.first_token_us = now
         req.last_token_us = now
-        self.instances[req.instance - self.base].receive(req, now)
+        self.instances[req.instance - self.base].handoff.receive(req, now)
 
     # ------------------------------------------------------------------ end of run
     def finish(self, horizon_us: int | None) -> None:
@@ -420,7 +449,7 @@ class Cluster(Intake):
         request: copies in flight stand for their request until it is recorded."""
         cancelling = {r.request_id for inst in self.instances for r in inst.aborts}
         for inst in self.instances:
-            cancelling |= inst.abort_loads
+            cancelling |= inst.cancellation.abort_loads
         for rid in places:
             group = self.hedger.by_id.get(rid)
             if group is not None and group.winner >= 0 and group.copies[group.winner].request_id != rid:

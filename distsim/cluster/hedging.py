@@ -9,7 +9,7 @@ one id. The request is recorded exactly once, under its own id, with the winning
 
 Work wasted is what the cancelled copies computed: prompt tokens (recomputes included) and generated
 tokens, and the GPU-seconds those tokens cost on their instance, attributed by token share (each step's
-time split equally among its tokens, summed by phase: see distsim.metrics.hedging).
+time split equally among its tokens, summed by phase: see the metrics package's hedging module).
 """
 
 from __future__ import annotations
@@ -49,6 +49,19 @@ class HedgeGroup:
         return self.gone.count(False)
 
 
+class HedgeTimers:
+    """The owner of a cluster's hedge timer events (their handler is this object's method), so the cluster
+    can drop the timers still pending once every request is recorded (else they would prolong the run)."""
+
+    __slots__ = ("_handler",)
+
+    def __init__(self, handler: Any):
+        self._handler = handler  # the cluster's: it routes and dispatches copies
+
+    def fire(self, now: int, item: Any) -> None:
+        self._handler(now, item)
+
+
 class Hedger:
     """The hedging books of one cluster (or cell): groups by copy id, counts, wasted work per instance."""
 
@@ -60,14 +73,8 @@ class Hedger:
         self.by_id: dict[int, HedgeGroup] = {}  # every copy's id (the original's too) -> its group
         self.groups: dict[int, HedgeGroup] = {}  # original id -> group, kept for the request columns
         self._next_id = -1
-        self.on_timer: Any = None  # the cluster's hedge timer handler (it routes and dispatches copies)
         self.copies_sent = 0
         self.cancelled = 0  # copies cancelled because another answered first
-
-    def timer(self, now: int, item: Any) -> None:
-        """A hedge timer's event: its handler is this object's, so the cluster can drop the timers still
-        pending once every request is recorded (else they would prolong the run)."""
-        self.on_timer(now, item)
 
     def delay_us(self, req: Request) -> int:
         """How long a copy waits for a first token before the next copy goes out."""

@@ -29,8 +29,14 @@ an autoscaler's drain check, since they are queued on the instance.
 
 An instance idle while its queue holds only a held batch is waiting for the batch's wake-up, not
 deadlocked: INV-12 accepts it only while that wake-up is scheduled. INV-25 (docs/invariants.md) is what
-:meth:`PrefillBatcher.check` verifies. The option off (the default) builds nothing here: the instance's
-own methods run unchanged.
+:meth:`PrefillBatcher.check` verifies.
+
+How it plugs in: a queueing discipline is chosen when the instance is built. The instance builds a
+:class:`PrefillBatcher` when its settings ask for windowed batching and then calls the batcher's
+:meth:`~PrefillBatcher.enqueue` for each new prompt and its :meth:`~PrefillBatcher.admit_waiting` in each
+step's admission, instead of its own ``_enqueue`` and ``_admit_waiting`` (which the batcher calls in turn,
+the latter over the part of the queue it lets in). The option off (the default) builds nothing here: the
+instance's own methods run unchanged.
 """
 
 from __future__ import annotations
@@ -92,19 +98,13 @@ class PrefillBatcher:
         self.held_requests = 0  # requests that were held
         self.hold_us = 0  # summed over held requests: time from reaching the instance to their batch's close
 
-    def install(self) -> None:
-        """Take over the instance's arrival and admission (instance attributes shadow its methods, so an
-        instance without windowed batching runs its own code unchanged)."""
-        self.inst._enqueue = self.enqueue
-        self.inst._admit_waiting = self.admit_waiting
-
     # ------------------------------------------------------------------ arrivals
     def enqueue(self, req: Request, now: int) -> None:
         """A new prompt reaches the queue: it starts or joins the held batch, or (others already wait
         unheld) queues as under continuous batching."""
         inst = self.inst
         if not (self._live() or not inst.waiting):
-            type(inst)._enqueue(inst, req, now)
+            inst._enqueue(req, now)
             return
         inst.waiting.append(req)
         inst.waiting_tokens += req.prompt_tokens + req.generated
@@ -162,22 +162,16 @@ class PrefillBatcher:
             inst._cut_run(now)
 
     # ------------------------------------------------------------------ admission
-    def admit_waiting(self, now: int, budget: int, need_dec: int, chunks: list) -> int:
-        """The step's admission of waiting requests: as usual with no batch held; else only the requests
-        queued ahead of the held batch (recomputes, loads landed from the CPU tier)."""
-        inst = self.inst
+    def admit_waiting(self, waiting, now: int, budget: int, need_dec: int, chunks: list) -> int:
+        """The step's admission from the ``waiting`` queue: as usual with no batch held; else only the
+        requests queued ahead of the held batch (recomputes, loads landed from the CPU tier)."""
         held = self._live()
         if not held:
-            return type(inst)._admit_waiting(inst, now, budget, need_dec, chunks)
-        ahead = len(inst.waiting) - len(held)
+            return self.inst._admit_waiting(waiting, now, budget, need_dec, chunks)
+        ahead = len(waiting) - len(held)
         if ahead <= 0:
             return budget
-        queue = inst.waiting
-        inst.waiting = _Front(queue, ahead)
-        try:
-            return type(inst)._admit_waiting(inst, now, budget, need_dec, chunks)
-        finally:
-            inst.waiting = queue
+        return self.inst._admit_waiting(_Front(waiting, ahead), now, budget, need_dec, chunks)
 
     # ------------------------------------------------------------------ checks
     def waits_for_wake_up(self) -> bool:

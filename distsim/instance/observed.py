@@ -3,7 +3,7 @@
 Why a subclass chosen when the instance is built (docs/STYLE round two: a behaviour picked at construction,
 observers on a list the object owns): a run that nobody observes builds plain :class:`Instance` objects and
 pays nothing per step, not even a check for listeners; a run with a timeline
-(:mod:`distsim.metrics.timeline`) builds these. A listener reads, never writes: the simulation is the same
+(the metrics package's ``timeline``) builds these. A listener reads, never writes: the simulation is the same
 either way (tests/test_timeline.py compares the outputs with and without).
 """
 

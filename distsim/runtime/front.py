@@ -20,6 +20,7 @@ from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
+from distsim.instance.departure import Departure
 from distsim.request import Request, Status
 from distsim.runtime.replica import RuntimeReplica
 
@@ -43,7 +44,8 @@ class TypedFront(Intake):
         self.runtimes = sorted((r for route in routes.values() for r in route.replicas), key=lambda r: r.index)
         for route in routes.values():
             for local, replica in enumerate(route.replicas):
-                replica.on_done = self._done_handler(route, local)
+                replica.departure_listeners.append(self._done_handler(route, local))
+        self.record_listeners = [recorder.done]  # then an autoscaler's (distsim.autoscale.runtime_pools)
         self.first_arrival_us: int | None = None
         self.arrived = 0  # non-LLM requests (the cluster counts its own)
         self.recorded = 0
@@ -65,7 +67,7 @@ class TypedFront(Intake):
     def _pull(self) -> None:
         super()._pull()
         if self._exhausted:  # the cluster's scrapes and hedge timers stop on its own count once arrivals end
-            self.cluster._exhausted = True
+            self.cluster.end_arrivals()
 
     def _active(self) -> bool:
         return not self._exhausted or self.arrived > self.recorded
@@ -91,7 +93,7 @@ class TypedFront(Intake):
         route.replicas[local].enqueue(req, now)
 
     def _done_handler(self, route: TypeRoute, local: int):
-        def done(req: Request) -> None:
+        def done(req: Request, now: int, how: Departure) -> None:
             route.state.outstanding[local] -= 1
             self._record(req)
 
@@ -99,7 +101,8 @@ class TypedFront(Intake):
 
     def _record(self, req: Request) -> None:
         self.recorded += 1
-        self.recorder.done(req)
+        for listener in self.record_listeners:
+            listener(req)
 
     # ------------------------------------------------------------------ end of run
     def finish(self, horizon_us: int | None) -> None:

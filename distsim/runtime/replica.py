@@ -14,12 +14,13 @@ queue depth is queued requests, running the requests in running batches, queued 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_INSTANCE, EventLoop
+from distsim.instance.departure import Departure, DepartureListener
 from distsim.request import Request, Status
 from distsim.runtime.batcher import Batch, Batcher
+
+FINISHED = Departure.FINISHED
 
 
 class _NoKv:
@@ -52,7 +53,8 @@ class RuntimeReplica:
         self.kv = _NoKv()
         self.slot = 0
         self.board = None
-        self.on_done: Callable[[Request], None] | None = None
+        # told of each request that leaves (distsim.instance.departure): the front first, then a drain's
+        self.departure_listeners: list[DepartureListener] = []
         self.stats = RuntimeStats()
         self.running: dict[int, Batch] = {}  # by a batch number
         self.batches: list[Batch] = []  # every batch started, in start order
@@ -80,7 +82,8 @@ class RuntimeReplica:
         if req.items > self.batcher.max_items:
             req.status = Status.DROPPED
             self.stats.dropped += 1
-            self.on_done(req)
+            for listener in self.departure_listeners:
+                listener(req, now, FINISHED)
             return
         self.batcher.add(req, now)
         self._dispatch(now)
@@ -126,7 +129,8 @@ class RuntimeReplica:
             req.completion_us = req.last_token_us = now
             req.status = Status.COMPLETED
             self.stats.completed += 1
-            self.on_done(req)
+            for listener in self.departure_listeners:
+                listener(req, now, FINISHED)
         self._dispatch(now)
         self._publish()
 

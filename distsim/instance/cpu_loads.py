@@ -1,0 +1,92 @@
+"""An engine's loads from its CPU KV tier: the requests taken out of the queue while their blocks land.
+
+distsim/instance/cpu_kv.py says what is modelled after vLLM's KV offloading and what is simplified; the tier
+(:class:`~distsim.instance.cpu_kv.CpuKvTier`) keeps the blocks and times the copies. This object, built with
+the instance when it has a tier (distsim.instance.instance), starts a load from the admission loop and puts
+the request back at the front of the queue when it lands. Stores are offered by the step itself
+(``Instance._cache_full_blocks``), as each prompt block fills.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from distsim.events.loop import PRIO_CLUSTER
+from distsim.instance.cpu_kv import CpuKvTier
+from distsim.instance.decode_set import ceil_div
+from distsim.instance.departure import Departure
+from distsim.instance.phase import Phase
+
+if TYPE_CHECKING:
+    from distsim.instance.instance import Instance
+    from distsim.request import Request
+
+WAITING, DONE = Phase.WAITING, Phase.DONE
+
+
+class CpuLoads:
+    """The loads in flight on one engine: ``loading``, by request id."""
+
+    def __init__(self, inst: Instance, tier: CpuKvTier):
+        self.inst = inst
+        self.tier = tier
+        self.loading: dict[int, Request] = {}  # out of the queue until their blocks land from the CPU tier
+
+    def start(self, waiting, req: Request, now: int, total: int, hits: int, room: int) -> int:
+        """The request at the head of ``waiting`` hits ``hits`` blocks on the GPU: load the blocks that
+        follow if the CPU tier holds them. 1: the load started and the request left the queue; 0: nothing
+        to load, admit it as usual; -1: stop admission (too few blocks: ``room`` is what an admission may
+        take now; or its blocks are being loaded for another request and will soon hit on the GPU)."""
+        inst = self.inst
+        cpu = self.tier
+        hashes = req.block_hashes
+        cpu.touch(hashes, len(hashes))  # vLLM touches a request's blocks on every lookup
+        n = cpu.lookup(hashes, hits, (total - 1) // inst.bs, now)
+        if n <= 0:
+            return n
+        # as for a prefill: the blocks for the whole sequence, or for what it takes now (the loaded ones)
+        need = ceil_div(total, inst.bs) - hits if inst.reserve_full else n
+        if need > room:
+            return -1
+        waiting.popleft()
+        inst.waiting_tokens -= total
+        seq = req.seq
+        if hits:
+            seq.shared_blocks = list(hashes[:hits])
+            inst.kv.reference(seq.shared_blocks)
+        inst.kv.allocate(n)
+        seq.private_blocks = n
+        self.loading[req.request_id] = req
+        landed = cpu.start_load(hashes, hits, hits + n, now)
+        inst.loop.schedule(landed, PRIO_CLUSTER, self._landed, req)  # lands before steps at that time
+        return 1
+
+    def _landed(self, now: int, req: Request) -> None:
+        """A load has landed: its blocks join the GPU prefix cache (evictable, most recent first) and the
+        request goes back to the front of the queue, where its next admission finds them computed (or,
+        cancelled meanwhile, leaves: the blocks stay cached)."""
+        inst = self.inst
+        del self.loading[req.request_id]
+        seq = req.seq
+        hashes = req.block_hashes
+        lo = len(seq.shared_blocks)
+        hi = lo + seq.private_blocks
+        self.tier.finish_load(hashes, lo, hi)
+        seq.private_blocks -= inst.kv.register(hashes[lo:hi], seq.shared_blocks)  # a duplicate stays private
+        inst.kv.release(seq.shared_blocks, seq.private_blocks)
+        if inst.cancellation is not None and inst.cancellation.load_aborted(req):
+            seq.clear(DONE)
+            inst._departed(req, now, Departure.ABORTED)
+            inst._publish()
+            if not inst.busy and inst.waiting:
+                inst._wake(now)
+            return
+        seq.clear(WAITING)
+        inst.waiting.appendleft(req)
+        inst.waiting_tokens += req.prompt_tokens + req.generated
+        inst._publish()
+        inst._new_work(now)
+
+    def check(self, where: str) -> None:
+        """The tier's own invariants (INV-23, INV-24), given the blocks the loads in flight hold."""
+        self.tier.check(where, sum(req.seq.private_blocks for req in self.loading.values()))
