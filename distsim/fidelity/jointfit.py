@@ -42,6 +42,7 @@ from distsim.fidelity.multifit_pool import ReplayPool
 from distsim.fidelity.steps_compare import latency_settings
 from distsim.fidelity.steps_data import StepTable, read_steps
 from distsim.fidelity.steps_nnls import design, values_of
+from distsim.fidelity.suite import split_overrides
 from distsim.fidelity.suite_data import read_suite
 from distsim.instance.latency.roofline3 import (
     BOUNDS,
@@ -320,8 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
         suite = read_suite(args.runs)
-        steps = StepBudget(read_steps(args.steps), args.overrides)
-        base = coefficients_from(latency_settings(args.overrides).node, STEP_FIT)
+        config = split_overrides(args.overrides)[0]  # without the suite's own replay.prompts
+        steps = StepBudget(read_steps(args.steps), config)
+        base = coefficients_from(latency_settings(config).node, STEP_FIT)
         split = lambda text: None if text is None else [t for t in text.split(",") if t]  # noqa: E731
         problem = Problem.make(base, split(args.gpu), split(args.run_terms))
         host = runfit.start_values(args.overrides)  # the front end's; the latency terms from base
