@@ -6,7 +6,7 @@
    behind its group's shared system prompt, as the trace is written.
 2. ``pool``: ``replay.prompts=pool``: the prompts inference-perf's ``shared_prefix`` generator sent, one
    fixed prompt per user, repeated every round, so that vLLM's prefix cache held the whole prompt after
-   its first round (:func:`distsim.fidelity.suite_data.pool_trace`).
+   its first round (:func:`distsim.fidelity.suite.replay.data.pool_trace`).
 3. ``pool + async``: the same, with vLLM V1's asynchronous scheduling (on by default in the vLLM 0.15 the
    runs used) *emulated here, for this measurement only*: step N+1 is scheduled while step N runs, so a
    request that reaches a busy engine is first scheduled into the step after the next one. distsim's
@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from distsim import outputs  # noqa: E402
 from distsim.fidelity import runfit  # noqa: E402
-from distsim.fidelity.suite import compare_run, simulated_requests, skip_reason, suite_config  # noqa: E402
-from distsim.fidelity.suite_data import Suite, read_suite  # noqa: E402
+from distsim.fidelity.suite.data import Suite, read_suite  # noqa: E402
+from distsim.fidelity.suite.replay import compare_run, simulated_requests, skip_reason, suite_config  # noqa: E402
 from distsim.instance.latency.roofline3 import STEP_FIT  # noqa: E402
 
 FOLDER = ROOT.parent / "shared" / "data" / "h100_vllm_runs"

@@ -11,7 +11,7 @@ and mean ITL, each run weighted 1 / sqrt(runs of its model). The unknowns are th
 every step table's mean absolute error (%) at most its value at the step-only fit (the start:
 :data:`~distsim.instance.latency.roofline3.STEP_FIT`, ``python -m distsim.fidelity.steps ... --nnls``, with
 any ``cluster.latency`` value the overrides set) plus ``--budget`` points. Step errors cost microseconds
-(the step tables as a linear design, :func:`distsim.fidelity.steps_nnls.design`), so the constraint is
+(the step tables as a linear design, :func:`distsim.fidelity.steps.cli.nnls.design`), so the constraint is
 evaluated exactly; replays cost seconds, so the runs are linearised: a forward-difference Jacobian of
 the residuals (one replay of every run per unknown), the constrained linear least-squares problem solved
 by SLSQP inside a trust region, the step taken when the replays confirm that it lowers the objective
@@ -38,12 +38,12 @@ from scipy.optimize import minimize
 
 from distsim.errors import UserError
 from distsim.fidelity import runfit
-from distsim.fidelity.multifit_pool import ReplayPool
-from distsim.fidelity.steps_compare import latency_settings
-from distsim.fidelity.steps_data import StepTable, read_steps
-from distsim.fidelity.steps_nnls import design, values_of
-from distsim.fidelity.suite import split_overrides
-from distsim.fidelity.suite_data import read_suite
+from distsim.fidelity.multifit.pool import ReplayPool
+from distsim.fidelity.steps.compare import latency_settings
+from distsim.fidelity.steps.data import StepTable, read_steps
+from distsim.fidelity.steps.nnls import design, values_of
+from distsim.fidelity.suite.data import read_suite
+from distsim.fidelity.suite.replay import split_overrides
 from distsim.instance.latency.roofline3 import (
     BOUNDS,
     LINEAR,

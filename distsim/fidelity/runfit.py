@@ -38,11 +38,11 @@ from scipy.optimize import lsq_linear
 
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
-from distsim.fidelity.multifit import fit_runs
-from distsim.fidelity.multifit_pool import Replay, ReplayPool
-from distsim.fidelity.suite import split_overrides
-from distsim.fidelity.suite_data import Suite, SuiteRun, read_suite
-from distsim.fidelity.suite_metrics import WHOLE_RUN
+from distsim.fidelity.multifit.fit import fit_runs
+from distsim.fidelity.multifit.pool import Replay, ReplayPool
+from distsim.fidelity.suite.data import Suite, SuiteRun, read_suite
+from distsim.fidelity.suite.metrics import WHOLE_RUN
+from distsim.fidelity.suite.replay import split_overrides
 
 # the fitted terms: (config key, lower bound, upper bound, forward-difference step)
 TERMS: dict[str, tuple[float, float, float]] = {

@@ -3,7 +3,7 @@
 ``../shared/data/h100_vllm_runs`` (its README defines the files and the metrics).
 
 Every file goes through :mod:`distsim.inputs`, so a broken one is one :class:`InputFileError` naming
-it (and the line where there is one). Nothing is simulated here; :mod:`distsim.fidelity.suite` replays.
+it (and the line where there is one). Nothing is simulated here; :mod:`distsim.fidelity.suite.replay` replays.
 """
 
 from __future__ import annotations

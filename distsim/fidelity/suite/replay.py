@@ -2,17 +2,17 @@
 
     python -m distsim.fidelity.suite ../shared/data/h100_vllm_runs [overrides...] --out DIR
 
-Each run (:mod:`distsim.fidelity.suite_data`) is replayed on one instance: ``cluster.hardware=H100``,
+Each run (:mod:`distsim.fidelity.suite.replay.data`) is replayed on one instance: ``cluster.hardware=H100``,
 the run's model, TP and engine settings (KV blocks included), the default ``cluster.latency.kind`` (roofline3), its
 trace through distsim's ``csv`` trace reader with ``prefix_group`` mapped onto shared leading block keys
 (``workload.prefix.groups`` = the profile's system prompts, ``workload.prefix.tokens`` = its system
 prompt length). Overrides go on top and win over the run's values (``workload.num_requests=200`` caps a
 replay). One override is the suite's own, not a config key: ``replay.prompts=pool`` replays each trace
 with inference-perf's prompt pool (every ``user`` of the trace sends one fixed prompt, again and again,
-so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite_data.pool_trace`);
+so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite.replay.data.pool_trace`);
 ``replay.prompts=trace`` (the default) takes the trace as written, a fresh question behind the shared
 system prompt in every request. The simulated requests give the same per-stage metrics by the same definitions
-(:mod:`distsim.fidelity.suite_metrics`); error % = (simulated - measured) / measured x 100.
+(:mod:`distsim.fidelity.suite.replay.metrics`); error % = (simulated - measured) / measured x 100.
 
 Writes DIR/suite.csv (one row per run, stage and metric, with each peer's recorded ``mpe``) and
 DIR/suite.md (per-run errors of mean E2E, TTFT, ITL and the medians of their absolute values beside the
@@ -42,8 +42,8 @@ from distsim.config.schema import EngineConfig, LatencyConfig
 from distsim.config.workload import WorkloadConfig
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
-from distsim.fidelity.suite_data import Suite, SuiteRun, pool_trace, read_suite
-from distsim.fidelity.suite_metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
+from distsim.fidelity.suite.data import Suite, SuiteRun, pool_trace, read_suite
+from distsim.fidelity.suite.metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
 from distsim.runner.overrides import from_lines
 from distsim.simulate import simulate
 from distsim.workload.source import SYNTHETIC_ONLY
@@ -319,6 +319,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"skipped {run}: {reason}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
