@@ -26,9 +26,9 @@ from pathlib import Path
 from distsim import __version__, outputs
 from distsim.catalog import load_hardware, load_model
 from distsim.errors import UserError
-from distsim.fidelity import multifit_cli
 from distsim.fidelity.fit import FitResult, fit
 from distsim.fidelity.metrics import comparison_json
+from distsim.fidelity.multifit import cli as multifit_cli
 from distsim.fidelity.readers import read_run
 from distsim.fidelity.replay import replay_config
 from distsim.fidelity.run import MeasuredRun

@@ -56,7 +56,7 @@ def demote(markdown: str) -> str:
 
 
 def steps_tables(tmp: Path) -> str:
-    from distsim.fidelity import steps
+    from distsim.fidelity.steps import cli as steps
 
     out = tmp / "steps"
     if steps.main([str(SHARED / "h100_steps"), "--out", str(out)]) != 0:
@@ -68,7 +68,7 @@ def steps_tables(tmp: Path) -> str:
 def suite_tables(tmp: Path, overrides: tuple[str, ...] = ()) -> tuple[str, str, object]:
     import pandas as pd
 
-    from distsim.fidelity import suite
+    from distsim.fidelity.suite import replay as suite
 
     out = tmp / ("suite" + "_".join(o.split("=")[-1] for o in overrides))
     if suite.main([str(SHARED / "h100_vllm_runs"), *overrides, "--out", str(out)]) != 0:
@@ -81,28 +81,30 @@ def suite_tables(tmp: Path, overrides: tuple[str, ...] = ()) -> tuple[str, str, 
 
 
 def issue24(table) -> str:
-    """The issue-24 block: the per-operator step model on the steps and the runs (distsim.fidelity.report24);
+    """The issue-24 block: the per-operator step model on the steps and the runs (distsim.fidelity.report.issue24);
     ``table``: the suite's table of the previous default (roofline with its fitted front end)."""
     import json
 
-    from distsim.fidelity import report24, report24_joint, runfit
+    from distsim.fidelity import runfit
+    from distsim.fidelity.report import issue24 as report
+    from distsim.fidelity.report import joint as report_joint
 
     held = json.loads((ROOT / "docs" / "data" / "h100_fit.json").read_text())["leave_one_model_out"]["medians_pct"]["held_out"]
-    runs, _ = report24.run_section(ROOT, table, held)
-    joint = report24_joint.joint_section(ROOT, runfit.medians(table), held)
+    runs, _ = report.run_section(ROOT, table, held)
+    joint = report_joint.joint_section(ROOT, runfit.medians(table), held)
     return "\n\n".join(
         [
-            "### Step level: every table, in sample and leave-one-model-out\n\n" + report24.step_section(SHARED / "h100_steps"),
+            "### Step level: every table, in sample and leave-one-model-out\n\n" + report.step_section(SHARED / "h100_steps"),
             "### GPU time against the stand-in's host time, per step class\n\n"
             "`host_step_ms - measured_ms` of the step tables (the stand-in's input copy, graph replay and "
-            "read-back around the GPU time; no scheduler), beside the GPU time:\n\n" + report24.host_section(SHARED / "h100_steps"),
+            "read-back around the GPU time; no scheduler), beside the GPU time:\n\n" + report.host_section(SHARED / "h100_steps"),
             "### The 13 H100 runs: roofline3 with its GPU terms frozen at the step-only fit, in sample and "
             "leave-one-model-out\n\n" + runs,
             "### The joint refit: roofline3's GPU terms moved by the runs within the 2-point step budget (the shipped "
             "defaults)\n\n" + joint,
             "### The RTX runs, held out (never fitted on)\n\nError against the measurement (positive: slower); "
             "the previous default (roofline with its fitted front end) and the shipped defaults (roofline3, joint refit).\n\n"
-            + report24.rtx_section(),
+            + report.rtx_section(),
         ]
     )
 
@@ -127,7 +129,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         steps = steps_tables(Path(tmp))
         per_run, medians, _ = suite_tables(Path(tmp))
-        from distsim.fidelity.report24 import PREVIOUS
+        from distsim.fidelity.report.issue24 import PREVIOUS
 
         doc24 = issue24(suite_tables(Path(tmp), tuple(PREVIOUS))[2])
     rtx = rtx_table()

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from distsim.fidelity.jointfit import PREFIX, Problem, StepBudget, solve
-from distsim.fidelity.steps_compare import compare, latency_settings, simulate
-from distsim.fidelity.steps_data import read_steps
+from distsim.fidelity.steps.compare import compare, latency_settings, simulate
+from distsim.fidelity.steps.data import read_steps
 from distsim.instance.latency.roofline3 import DEFAULTS
 from tests.test_fidelity_steps_nnls import FIXTURE, SETTINGS
 

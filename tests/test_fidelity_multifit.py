@@ -14,7 +14,7 @@ import pytest
 from distsim.calibrate import main as calibrate_main
 from distsim.config.schema import FrontendConfig
 from distsim.errors import UserError
-from distsim.fidelity.multifit import (
+from distsim.fidelity.multifit.fit import (
     RUN_CAP,
     RunError,
     SuiteEvaluator,
@@ -23,10 +23,10 @@ from distsim.fidelity.multifit import (
     run_term,
     suite_objective,
 )
-from distsim.fidelity.multifit_lomo import leave_one_model_out
-from distsim.fidelity.multifit_pool import ReplayPool, replay_run
-from distsim.fidelity.multifit_space import parse_params, start_values
-from distsim.fidelity.suite_data import read_suite
+from distsim.fidelity.multifit.lomo import leave_one_model_out
+from distsim.fidelity.multifit.pool import ReplayPool, replay_run
+from distsim.fidelity.multifit.space import parse_params, start_values
+from distsim.fidelity.suite.data import read_suite
 from distsim.instance.latency.roofline3 import DEFAULTS
 
 TRUTH = {"cluster.frontend.request_us": 20000.0, "cluster.latency.step_overhead_us": 800.0}

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from distsim.fidelity import runfit
-from distsim.fidelity.multifit_pool import ReplayPool
-from distsim.fidelity.suite_data import read_suite
+from distsim.fidelity.multifit.pool import ReplayPool
+from distsim.fidelity.suite.data import read_suite
 
 RUNS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_vllm_runs"
 

@@ -15,11 +15,11 @@ import pytest
 
 from distsim.catalog import load_model
 from distsim.errors import InputFileError, UserError
-from distsim.fidelity import steps as steps_cli
-from distsim.fidelity import steps_data
-from distsim.fidelity.steps_compare import STEP_COLUMNS, compare, latency_settings, simulate, summary
-from distsim.fidelity.steps_data import cut_layers, read_steps, step_class
-from distsim.fidelity.steps_fit import fit_steps, row_weights
+from distsim.fidelity.steps import cli as steps_cli
+from distsim.fidelity.steps import data as steps_data
+from distsim.fidelity.steps.compare import STEP_COLUMNS, compare, latency_settings, simulate, summary
+from distsim.fidelity.steps.data import cut_layers, read_steps, step_class
+from distsim.fidelity.steps.fit import fit_steps, row_weights
 from distsim.instance.latency import roofline
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fidelity_steps"
@@ -241,7 +241,7 @@ def test_the_whole_h100_folder():
 
 
 def test_a_device_name_maps_to_the_catalog():
-    from distsim.fidelity.steps_data import hardware_named
+    from distsim.fidelity.steps.data import hardware_named
 
     assert hardware_named("NVIDIA H100 80GB HBM3") == "H100"
     assert hardware_named("NVIDIA H200") == "H200"

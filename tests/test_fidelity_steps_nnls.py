@@ -1,4 +1,4 @@
-"""The bounded linear least-squares fit of the per-operator step model (distsim.fidelity.steps_nnls):
+"""The bounded linear least-squares fit of the per-operator step model (distsim.fidelity.steps.nnls):
 it recovers the coefficients that made synthetic steps, keeps coefficients no row moves, and the CLI
 writes the fit and its leave-one-model-out table."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distsim.fidelity import steps as steps_cli
-from distsim.fidelity.steps_compare import latency_settings, simulate
-from distsim.fidelity.steps_data import read_steps
-from distsim.fidelity.steps_nnls import fit_basis, group_weights, lomo, values_of
+from distsim.fidelity.steps import cli as steps_cli
+from distsim.fidelity.steps.compare import latency_settings, simulate
+from distsim.fidelity.steps.data import read_steps
+from distsim.fidelity.steps.nnls import fit_basis, group_weights, lomo, values_of
 from distsim.instance.latency.roofline3 import DEFAULTS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fidelity_steps"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distsim.errors import InputFileError
-from distsim.fidelity import suite as suite_cli
-from distsim.fidelity.suite_data import read_suite
-from distsim.fidelity.suite_metrics import stage_index, stage_metrics
+from distsim.errors import InputFileError, UserError
+from distsim.fidelity.suite import replay as suite_cli
+from distsim.fidelity.suite.data import pool_trace, read_suite
+from distsim.fidelity.suite.metrics import stage_index, stage_metrics
 from distsim.simulate import simulate
 
 RUNS = Path(__file__).parents[1].parent / "shared" / "data" / "h100_vllm_runs"
@@ -99,3 +99,30 @@ def test_broken_experiments_csv_is_one_error(tmp_path, capsys):
     assert "'tp'" in err.value.message
     assert suite_cli.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_prompt_pool_override_is_the_suites_own():
+    assert suite_cli.split_overrides(["a.b=1", "replay.prompts=pool", "c=2"]) == (["a.b=1", "c=2"], "pool")
+    assert suite_cli.split_overrides(["a.b=1"]) == (["a.b=1"], "trace")
+    for bad in ("replay.prompts=all", "replay.prompts"):
+        with pytest.raises(UserError, match="replay.prompts must be trace or pool"):
+            suite_cli.split_overrides([bad])
+
+
+@needs_data
+def test_prompt_pool_repeats_each_users_prompt():
+    """inference-perf's generator cycles one prompt per user: from a user's second round on, the whole
+    prompt (all but its last partial block) is in the prefix cache; with the trace's prompts only the
+    system prompt's 6 blocks are."""
+    run = next(r for r in read_suite(RUNS).runs if r.id == "63")
+    pooled = pool_trace(run.trace)
+    frame = pd.read_csv(pooled)
+    assert frame["session"].nunique() == frame["user"].nunique() == 44
+    assert (frame.groupby("user")["session"].nunique() == 1).all()
+    assert pool_trace(run.trace) == pooled  # written once
+    cached = {}
+    for prompts in ("trace", "pool"):
+        cfg = suite_cli.suite_config(run, ["workload.num_requests=300", f"replay.prompts={prompts}"])
+        cached[prompts] = simulate(cfg).requests["cached_tokens"]
+    assert cached["trace"].max() == 96  # 6 blocks of the 100-token system prompt
+    assert (cached["pool"].iloc[200:] == 560).all()  # 566 tokens: 35 full blocks, the last token computed

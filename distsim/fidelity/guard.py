@@ -10,7 +10,7 @@ commit the doc and the record together).
 Figures (all in percent, absolute errors; lower is better):
 
 - ``steps``: per step table, the mean absolute error of ``gpu_step_us`` against the measured GPU time
-  (:mod:`distsim.fidelity.steps`, the tables it reads, at the shipped defaults);
+  (:mod:`distsim.fidelity.steps.cli`, the tables it reads, at the shipped defaults);
 - ``runs``: per run of :data:`RUN_SLICE` (the smallest run of each model in ../shared/data/h100_vllm_runs,
   about 7 s of replays in all), the absolute whole-run error of mean E2E, mean TTFT and mean ITL;
 - ``runs_median``: the median of each of those three over the slice.
@@ -38,7 +38,7 @@ RECORD = ROOT / "docs" / "data" / "fidelity_guard.json"
 
 def step_figures(folder: str | Path) -> dict[str, float]:
     """Mean absolute step error (%) per table at the shipped defaults."""
-    from distsim.fidelity.steps import run_steps
+    from distsim.fidelity.steps.cli import run_steps
 
     steps = run_steps(folder).steps
     return {
@@ -49,8 +49,8 @@ def step_figures(folder: str | Path) -> dict[str, float]:
 
 def run_figures(folder: str | Path, runs: Sequence[str] = RUN_SLICE) -> dict[str, dict[str, float]]:
     """Absolute whole-run errors (%) of mean E2E, TTFT and ITL per run of the slice."""
-    from distsim.fidelity.suite import headline, replay_suite
-    from distsim.fidelity.suite_data import read_suite
+    from distsim.fidelity.suite.data import read_suite
+    from distsim.fidelity.suite.replay import headline, replay_suite
 
     result = replay_suite(read_suite(folder), (), list(runs))
     missing = [r for r in runs if r not in set(result.table["run"].astype(str))]

@@ -11,7 +11,7 @@ and mean ITL, each run weighted 1 / sqrt(runs of its model). The unknowns are th
 every step table's mean absolute error (%) at most its value at the step-only fit (the start:
 :data:`~distsim.instance.latency.roofline3.STEP_FIT`, ``python -m distsim.fidelity.steps ... --nnls``, with
 any ``cluster.latency`` value the overrides set) plus ``--budget`` points. Step errors cost microseconds
-(the step tables as a linear design, :func:`distsim.fidelity.steps_nnls.design`), so the constraint is
+(the step tables as a linear design, :func:`distsim.fidelity.steps.cli.nnls.design`), so the constraint is
 evaluated exactly; replays cost seconds, so the runs are linearised: a forward-difference Jacobian of
 the residuals (one replay of every run per unknown), the constrained linear least-squares problem solved
 by SLSQP inside a trust region, the step taken when the replays confirm that it lowers the objective
@@ -38,11 +38,12 @@ from scipy.optimize import minimize
 
 from distsim.errors import UserError
 from distsim.fidelity import runfit
-from distsim.fidelity.multifit_pool import ReplayPool
-from distsim.fidelity.steps_compare import latency_settings
-from distsim.fidelity.steps_data import StepTable, read_steps
-from distsim.fidelity.steps_nnls import design, values_of
-from distsim.fidelity.suite_data import read_suite
+from distsim.fidelity.multifit.pool import ReplayPool
+from distsim.fidelity.steps.compare import latency_settings
+from distsim.fidelity.steps.data import StepTable, read_steps
+from distsim.fidelity.steps.nnls import design, values_of
+from distsim.fidelity.suite.data import read_suite
+from distsim.fidelity.suite.replay import split_overrides
 from distsim.instance.latency.roofline3 import (
     BOUNDS,
     LINEAR,
@@ -320,8 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
         suite = read_suite(args.runs)
-        steps = StepBudget(read_steps(args.steps), args.overrides)
-        base = coefficients_from(latency_settings(args.overrides).node, STEP_FIT)
+        config = split_overrides(args.overrides)[0]  # without the suite's own replay.prompts
+        steps = StepBudget(read_steps(args.steps), config)
+        base = coefficients_from(latency_settings(config).node, STEP_FIT)
         split = lambda text: None if text is None else [t for t in text.split(",") if t]  # noqa: E731
         problem = Problem.make(base, split(args.gpu), split(args.run_terms))
         host = runfit.start_values(args.overrides)  # the front end's; the latency terms from base

@@ -38,10 +38,11 @@ from scipy.optimize import lsq_linear
 
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
-from distsim.fidelity.multifit import fit_runs
-from distsim.fidelity.multifit_pool import Replay, ReplayPool
-from distsim.fidelity.suite_data import Suite, SuiteRun, read_suite
-from distsim.fidelity.suite_metrics import WHOLE_RUN
+from distsim.fidelity.multifit.fit import fit_runs
+from distsim.fidelity.multifit.pool import Replay, ReplayPool
+from distsim.fidelity.suite.data import Suite, SuiteRun, read_suite
+from distsim.fidelity.suite.metrics import WHOLE_RUN
+from distsim.fidelity.suite.replay import split_overrides
 
 # the fitted terms: (config key, lower bound, upper bound, forward-difference step)
 TERMS: dict[str, tuple[float, float, float]] = {
@@ -244,7 +245,7 @@ def start_values(overrides: Sequence[str]) -> dict[str, float]:
     from distsim.config.compose import load_config
     from distsim.instance.latency import roofline, roofline3
 
-    cfg = load_config(list(overrides))
+    cfg = load_config(split_overrides(overrides)[0])  # without the suite's own replay.prompts
     kind = OmegaConf.select(cfg, "cluster.latency.kind")
     defaults = roofline3.DEFAULTS if kind == "roofline3" else roofline.DEFAULTS
     out = {}

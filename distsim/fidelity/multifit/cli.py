@@ -2,7 +2,7 @@
 
 It lives in :mod:`distsim.calibrate` so that fitting is one command: run folders (per-request data)
 fit a latency profile; ``--suite`` fits one coefficient set over every run of a suite folder
-(:mod:`distsim.fidelity.multifit`), optionally with leave-one-model-out cross-validation.
+(:mod:`distsim.fidelity.multifit.fit`), optionally with leave-one-model-out cross-validation.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 from distsim import outputs
 from distsim.errors import UserError
-from distsim.fidelity.multifit import Evaluation, SuiteEvaluator, fit_runs, fit_suite
-from distsim.fidelity.multifit_lomo import Fold, leave_one_model_out
-from distsim.fidelity.multifit_pool import ReplayPool
-from distsim.fidelity.multifit_report import (
+from distsim.fidelity.multifit.fit import Evaluation, SuiteEvaluator, fit_runs, fit_suite
+from distsim.fidelity.multifit.lomo import Fold, leave_one_model_out
+from distsim.fidelity.multifit.pool import ReplayPool
+from distsim.fidelity.multifit.report import (
     REPORT_METRICS,
     FitContext,
     fit_json,
@@ -27,9 +27,9 @@ from distsim.fidelity.multifit_report import (
     folds_json,
     folds_markdown,
 )
-from distsim.fidelity.multifit_space import DEFAULT_PARAMS, parse_params, start_values
-from distsim.fidelity.suite import medians, medians_table
-from distsim.fidelity.suite_data import read_suite
+from distsim.fidelity.multifit.space import DEFAULT_PARAMS, parse_params, start_values
+from distsim.fidelity.suite.data import read_suite
+from distsim.fidelity.suite.replay import medians, medians_table
 
 SUITE_BUDGET = 100  # evaluations; each replays every run (about 7 s for the 13 H100 runs on 2 cores)
 DEFAULT_OUT = "multifit.json"

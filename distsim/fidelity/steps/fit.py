@@ -21,8 +21,8 @@ from scipy.optimize import least_squares
 
 from distsim.catalog import ModelSpec
 from distsim.errors import UserError
-from distsim.fidelity.steps_compare import LatencySettings, simulate
-from distsim.fidelity.steps_data import StepTable
+from distsim.fidelity.steps.compare import LatencySettings, simulate
+from distsim.fidelity.steps.data import StepTable
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,17 @@
 
     python -m distsim.fidelity.suite ../shared/data/h100_vllm_runs [overrides...] --out DIR
 
-Each run (:mod:`distsim.fidelity.suite_data`) is replayed on one instance: ``cluster.hardware=H100``,
+Each run (:mod:`distsim.fidelity.suite.replay.data`) is replayed on one instance: ``cluster.hardware=H100``,
 the run's model, TP and engine settings (KV blocks included), the default ``cluster.latency.kind`` (roofline3), its
 trace through distsim's ``csv`` trace reader with ``prefix_group`` mapped onto shared leading block keys
 (``workload.prefix.groups`` = the profile's system prompts, ``workload.prefix.tokens`` = its system
 prompt length). Overrides go on top and win over the run's values (``workload.num_requests=200`` caps a
-replay). The simulated requests give the same per-stage metrics by the same definitions
-(:mod:`distsim.fidelity.suite_metrics`); error % = (simulated - measured) / measured x 100.
+replay). One override is the suite's own, not a config key: ``replay.prompts=pool`` replays each trace
+with inference-perf's prompt pool (every ``user`` of the trace sends one fixed prompt, again and again,
+so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite.replay.data.pool_trace`);
+``replay.prompts=trace`` (the default) takes the trace as written, a fresh question behind the shared
+system prompt in every request. The simulated requests give the same per-stage metrics by the same definitions
+(:mod:`distsim.fidelity.suite.replay.metrics`); error % = (simulated - measured) / measured x 100.
 
 Writes DIR/suite.csv (one row per run, stage and metric, with each peer's recorded ``mpe``) and
 DIR/suite.md (per-run errors of mean E2E, TTFT, ITL and the medians of their absolute values beside the
@@ -37,14 +41,15 @@ from distsim.config.compose import load_config
 from distsim.config.schema import EngineConfig, LatencyConfig
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
-from distsim.fidelity.suite_data import Suite, SuiteRun, read_suite
-from distsim.fidelity.suite_metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
+from distsim.fidelity.suite.data import Suite, SuiteRun, pool_trace, read_suite
+from distsim.fidelity.suite.metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
 from distsim.runner.overrides import from_lines
 from distsim.simulate import simulate
 from distsim.workload.schema import WorkloadConfig
 from distsim.workload.source import SYNTHETIC_ONLY
 
 HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean")
+PROMPTS = "replay.prompts"  # the suite's own override: trace (the default) | pool
 DISTSIM = "distsim"
 TABLE_COLUMNS = ("run", "model", "tp", "workload", "stage", "metric", "measured", "simulated", "error_pct")
 
@@ -89,12 +94,29 @@ def run_settings(run: SuiteRun) -> dict[str, Any]:
     return values
 
 
+def split_overrides(overrides: Sequence[str]) -> tuple[list[str], str]:
+    """The config overrides and the suite's own ``replay.prompts`` value (``trace`` when not given)."""
+    config, prompts = [], "trace"
+    for line in overrides:
+        key, sep, value = str(line).partition("=")
+        if key.strip() != PROMPTS:
+            config.append(line)
+        elif not sep or value.strip() not in ("trace", "pool"):
+            raise UserError(f"{PROMPTS} must be trace or pool (got {line!r})")
+        else:
+            prompts = value.strip()
+    return config, prompts
+
+
 def suite_config(run: SuiteRun, overrides: Sequence[str] = ()) -> DictConfig:
     """Defaults, then the run's settings, then ``overrides`` (a key the user set keeps the user's value)."""
-    overrides = list(overrides)
+    overrides, prompts = split_overrides(overrides)
     cfg = load_config(overrides)
     mine = {o.key for o in from_lines(overrides)}
-    for key, value in run_settings(run).items():
+    settings = run_settings(run)
+    if prompts == "pool":
+        settings["workload.path"] = str(pool_trace(run.trace))
+    for key, value in settings.items():
         if key not in mine:
             OmegaConf.update(cfg, key, value, merge=False)
     return cfg
@@ -157,7 +179,7 @@ def replay_suite(
     progress: Callable[[str], None] | None = None,
 ) -> SuiteResult:
     """Replay the suite's runs (those in ``runs`` by id, or all) and compare them with the measurements."""
-    load_config(list(overrides))  # a bad override stops here, once, not once per run
+    load_config(split_overrides(overrides)[0])  # a bad override stops here, once, not once per run
     peers = sorted(suite.measured["simulator"].unique())
     result = SuiteResult(pd.DataFrame(columns=[*TABLE_COLUMNS, *(f"mpe_{p}" for p in peers)]), peers)
     tables = []
@@ -297,6 +319,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"skipped {run}: {reason}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,9 +2,9 @@
 
     python -m distsim.calibrate --suite ../shared/data/h100_vllm_runs [--params KEY=LOW:HIGH[:log],...]
 
-A candidate (values for config keys, :mod:`distsim.fidelity.multifit_space`) is scored by replaying
-every run of a suite folder (:mod:`distsim.fidelity.suite`, in worker processes:
-:mod:`distsim.fidelity.multifit_pool`). A run's term is the weighted mean of the |relative error| of its
+A candidate (values for config keys, :mod:`distsim.fidelity.multifit.fit.space`) is scored by replaying
+every run of a suite folder (:mod:`distsim.fidelity.suite.replay`, in worker processes:
+:mod:`distsim.fidelity.multifit.fit.pool`). A run's term is the weighted mean of the |relative error| of its
 whole-run mean E2E, mean TTFT and itl_mean (weight 2 each) and p90, p99 of E2E and TTFT (weight 1
 each), as the suite computes them, capped at :data:`RUN_CAP` so a run that tips into an unbounded queue
 cannot outweigh the rest. Terms are averaged within each model, then across models, so a model with
@@ -26,11 +26,11 @@ import pandas as pd
 from distsim.errors import UserError
 from distsim.fidelity.fit import Param
 from distsim.fidelity.metrics import error_pct
-from distsim.fidelity.multifit_pool import Replay, ReplayPool
+from distsim.fidelity.multifit.pool import Replay, ReplayPool
 from distsim.fidelity.optimize import Optimizer, cma_es
-from distsim.fidelity.suite import SuiteResult, compare_metrics, skip_reason
-from distsim.fidelity.suite_data import Suite, SuiteRun
-from distsim.fidelity.suite_metrics import WHOLE_RUN
+from distsim.fidelity.suite.data import Suite, SuiteRun
+from distsim.fidelity.suite.metrics import WHOLE_RUN
+from distsim.fidelity.suite.replay import SuiteResult, compare_metrics, skip_reason
 
 WEIGHTS: dict[str, float] = {
     "e2e_mean": 2.0,

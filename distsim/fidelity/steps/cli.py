@@ -4,18 +4,18 @@
         [--fit KEY,KEY,...] [--include-moe] [--holdout MODEL]
     python -m distsim.fidelity.steps ../shared/data/h100_steps cluster.latency.kind=roofline3 --nnls [--lomo]
 
-Every step of the folder's primary tables (:mod:`distsim.fidelity.steps_data`) is timed by the latency
+Every step of the folder's primary tables (:mod:`distsim.fidelity.steps.cli.data`) is timed by the latency
 model that the config (defaults plus the overrides) builds for the GPU the table was measured on (its
 ``gpu`` column, else the folder README's GPU), the table's TP shapes and model
-(:mod:`distsim.fidelity.steps_compare`); error % = (simulated - measured) / measured x 100 of one GPU's
+(:mod:`distsim.fidelity.steps.cli.compare`); error % = (simulated - measured) / measured x 100 of one GPU's
 kernel time, per model and step class (decode, long context, prefill, mixed). Why at the step level: a
 whole run's error mixes the step model with the scheduler and the engine's host work; these steps
 isolate the first.
 
 ``--fit`` fits the named ``cluster.latency`` coefficients to the dense tables (with ``--include-moe``
 the MoE ones too; ``--holdout MODEL`` leaves one model out and reports it at the fitted values),
-:mod:`distsim.fidelity.steps_fit`. ``--nnls`` fits every GPU coefficient of the per-operator model
-(``kind=roofline3``) to every table by bounded linear least squares (:mod:`distsim.fidelity.steps_nnls`);
+:mod:`distsim.fidelity.steps.cli.fit`. ``--nnls`` fits every GPU coefficient of the per-operator model
+(``kind=roofline3``) to every table by bounded linear least squares (:mod:`distsim.fidelity.steps.cli.nnls`);
 ``--lomo`` adds leave-one-model-out. Writes DIR/steps.csv (one row per step, at the fitted values when
 fitting), DIR/steps.md (the tables) and, when fitting, DIR/step_fit.json.
 """
@@ -35,9 +35,9 @@ import pandas as pd
 
 from distsim import outputs
 from distsim.errors import UserError
-from distsim.fidelity.steps_compare import compare, latency_settings, simulate, summary, summary_markdown
-from distsim.fidelity.steps_data import StepTable, read_steps
-from distsim.fidelity.steps_fit import BOUNDS, StepFit, fit_keys, fit_steps
+from distsim.fidelity.steps.compare import compare, latency_settings, simulate, summary, summary_markdown
+from distsim.fidelity.steps.data import StepTable, read_steps
+from distsim.fidelity.steps.fit import BOUNDS, StepFit, fit_keys, fit_steps
 
 
 @dataclass
@@ -47,8 +47,8 @@ class StepReport:
     fit: StepFit | None = None
     fitted_steps: pd.DataFrame | None = None  # at the fitted values
     holdout: str | None = None
-    basis_fit: Any = None  # steps_nnls.BasisFit (--nnls)
-    lomo: Any = None  # steps_nnls.Lomo (--lomo)
+    basis_fit: Any = None  # nnls.BasisFit (--nnls)
+    lomo: Any = None  # nnls.Lomo (--lomo)
 
     @property
     def final(self) -> pd.DataFrame:
@@ -90,7 +90,7 @@ def run_steps(
 def run_nnls(folder: str | Path, overrides: Sequence[str] = (), with_lomo: bool = False) -> StepReport:
     """Compare at the configured values, fit every GPU coefficient by bounded least squares (and leave
     each model out with ``with_lomo``)."""
-    from distsim.fidelity import steps_nnls
+    from distsim.fidelity.steps import nnls
     from distsim.instance.latency.roofline3 import coefficients_from
 
     settings = latency_settings(overrides)
@@ -99,15 +99,15 @@ def run_nnls(folder: str | Path, overrides: Sequence[str] = (), with_lomo: bool 
     tables = read_steps(folder)
     start = coefficients_from(settings.node)
     report = StepReport(tables, compare(tables, simulate(tables, settings)))
-    report.basis_fit = steps_nnls.fit_basis(tables, settings, start)
-    report.fitted_steps = compare(tables, simulate(tables, settings, steps_nnls.values_of(report.basis_fit.coefficients)))
+    report.basis_fit = nnls.fit_basis(tables, settings, start)
+    report.fitted_steps = compare(tables, simulate(tables, settings, nnls.values_of(report.basis_fit.coefficients)))
     if with_lomo:
-        report.lomo = steps_nnls.lomo(tables, settings, start)
+        report.lomo = nnls.lomo(tables, settings, start)
     return report
 
 
 def nnls_markdown(report: StepReport) -> str:
-    from distsim.fidelity.steps_nnls import values_of
+    from distsim.fidelity.steps.nnls import values_of
 
     fit = report.basis_fit
     lines = ["| coefficient | fitted |", "|---|---:|"]
@@ -227,7 +227,7 @@ def write_report(
 
 
 def nnls_json(report: StepReport, command: str) -> str:
-    from distsim.fidelity.steps_nnls import values_of
+    from distsim.fidelity.steps.nnls import values_of
 
     fit = report.basis_fit
     body = {
@@ -286,6 +286,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render_markdown(report, args.folder, args.overrides))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

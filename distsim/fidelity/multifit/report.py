@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 
 from distsim import __version__
-from distsim.fidelity.multifit import RUN_CAP, WEIGHTS, Evaluation, SuiteFit
-from distsim.fidelity.multifit_lomo import Fold
-from distsim.fidelity.suite import SuiteResult, medians, medians_table, runs_markdown
-from distsim.fidelity.suite_data import SuiteRun
+from distsim.fidelity.multifit.fit import RUN_CAP, WEIGHTS, Evaluation, SuiteFit
+from distsim.fidelity.multifit.lomo import Fold
+from distsim.fidelity.suite.data import SuiteRun
+from distsim.fidelity.suite.replay import SuiteResult, medians, medians_table, runs_markdown
 
 REPORT_METRICS = ("e2e_mean", "ttft_mean", "itl_mean", "e2e_p99", "ttft_p99")
 OBJECTIVE = (

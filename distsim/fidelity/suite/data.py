@@ -3,19 +3,21 @@
 ``../shared/data/h100_vllm_runs`` (its README defines the files and the metrics).
 
 Every file goes through :mod:`distsim.inputs`, so a broken one is one :class:`InputFileError` naming
-it (and the line where there is one). Nothing is simulated here; :mod:`distsim.fidelity.suite` replays.
+it (and the line where there is one). Nothing is simulated here; :mod:`distsim.fidelity.suite.replay` replays.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from distsim import inputs
+from distsim import inputs, outputs
 from distsim.errors import InputFileError
 from distsim.fidelity.run import EngineSettings
 
@@ -204,3 +206,28 @@ def read_suite(folder: str | Path) -> Suite:
     profiles = read_profiles(root / "workload_profiles.json")
     runs = read_experiments(root / "experiments.csv", root, profiles)
     return Suite(root, runs, read_measured(root / "measured.csv"))
+
+
+def pool_trace(trace: Path) -> Path:
+    """``trace`` as inference-perf's ``shared_prefix`` generator sent it: a pool of one fixed prompt per user
+    (system prompt and question), each user's prompt sent again at every round (the generator cycles its
+    prompts; inference_perf/datagen/shared_prefix_datagen.py). Written once, beside the system's temporary
+    files, with a ``session`` column numbering the trace's ``user`` column in order of first appearance:
+    distsim's replay gives a session's later rounds the earlier round's block keys (the prompt is the
+    same), so a round after the first finds its whole prompt in the prefix cache, as vLLM did."""
+    try:
+        digest = hashlib.sha256(Path(trace).read_bytes()).hexdigest()[:16]
+    except OSError as err:
+        raise InputFileError(trace, f"cannot read: {err.strerror or err}") from None
+    out = Path(tempfile.gettempdir()) / "distsim-fidelity" / f"{Path(trace).stem}.pool.{digest}.csv"
+    if out.exists():
+        return out
+    frame = inputs.read_csv_frame(trace)
+    if "user" not in frame.columns:
+        raise InputFileError(trace, "replay.prompts=pool needs a user column (the prompt each row repeats)")
+    first = {u: i for i, u in enumerate(dict.fromkeys(frame["user"].tolist()))}
+    frame = frame.drop(columns=[c for c in ("session",) if c in frame.columns])
+    frame["session"] = frame["user"].map(first).astype("int64")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    outputs.write_csv(out, frame)
+    return out

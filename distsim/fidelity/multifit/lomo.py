@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from distsim.errors import UserError
 from distsim.fidelity.fit import Param
-from distsim.fidelity.multifit import Evaluation, Progress, SuiteEvaluator, SuiteFit, fit_suite
-from distsim.fidelity.multifit_pool import ReplayPool
-from distsim.fidelity.suite_data import Suite, SuiteRun
+from distsim.fidelity.multifit.fit import Evaluation, Progress, SuiteEvaluator, SuiteFit, fit_suite
+from distsim.fidelity.multifit.pool import ReplayPool
+from distsim.fidelity.suite.data import Suite, SuiteRun
 
 
 @dataclass

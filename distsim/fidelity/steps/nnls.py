@@ -28,8 +28,8 @@ import pandas as pd
 from scipy.optimize import lsq_linear
 
 from distsim.errors import UserError
-from distsim.fidelity.steps_compare import LatencySettings, compare, table_models
-from distsim.fidelity.steps_data import StepTable
+from distsim.fidelity.steps.compare import LatencySettings, compare, table_models
+from distsim.fidelity.steps.data import StepTable
 from distsim.instance.latency.roofline3 import LINEAR, Roofline3Coefficients, coefficients_of, linear_of
 
 # bounds of the linear coefficients (1/efficiency >= 1: an efficiency of at most 1)
@@ -192,7 +192,7 @@ class Lomo:
 
 def lomo(tables: Sequence[StepTable], settings: LatencySettings, start: Roofline3Coefficients) -> Lomo:
     """Leave each model group out in turn: fit on the rest, score it (see the module docstring)."""
-    from distsim.fidelity.steps_compare import simulate
+    from distsim.fidelity.steps.compare import simulate
 
     groups = list(dict.fromkeys(t.model_group for t in tables))
     if len(groups) < 2:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distsim.fidelity.steps_compare import CLASSES
+from distsim.fidelity.steps.compare import CLASSES
 
 ROOFLINE3 = ["cluster.latency.kind=roofline3"]
 # the issue-17 roofline as it was the default: its fitted front end (docs/data/h100_fit.json)
@@ -57,7 +57,7 @@ def _mae(steps: pd.DataFrame) -> pd.Series:
 
 def step_section(folder: Path) -> str:
     """Per table: the previous default (roofline), roofline3 fitted in sample and leave-one-model-out; the fit."""
-    from distsim.fidelity.steps import nnls_markdown, run_nnls, run_steps
+    from distsim.fidelity.steps.cli import nnls_markdown, run_nnls, run_steps
 
     shipped = _mae(run_steps(folder, PREVIOUS).steps)
     report = run_nnls(folder, ROOFLINE3, with_lomo=True)
@@ -106,7 +106,7 @@ def step_section(folder: Path) -> str:
 def _coefficient_tables(report: Any) -> tuple[list[str], list[str]]:
     """The fitted coefficients with the data that pins each, and their values in every
     leave-one-model-out fold, as markdown table lines."""
-    from distsim.fidelity.steps_nnls import values_of
+    from distsim.fidelity.steps.nnls import values_of
 
     fitted = values_of(report.basis_fit.coefficients)
     coef = ["| coefficient | fitted | pinned by |", "|---|---:|---|"]
@@ -120,7 +120,7 @@ def _coefficient_tables(report: Any) -> tuple[list[str], list[str]]:
 def host_section(folder: Path) -> str:
     """Per step class: the measured host-timed step less the GPU time (the stand-in's own host work: input
     copy, graph launch, read-back), beside the host terms fitted on the runs."""
-    from distsim.fidelity.steps_data import PRIMARY, _frame, step_class
+    from distsim.fidelity.steps.data import PRIMARY, _frame, step_class
 
     rows = []
     for name in PRIMARY:
@@ -215,7 +215,7 @@ def _slope_table(shipped_table: pd.DataFrame, slopes_new: pd.DataFrame) -> tuple
     """The load slope of every two-rate run, measured against the shipped model's and roofline3's, as
     markdown table lines, and how many of each are within 20% of the real slope."""
     from distsim.fidelity import runfit
-    from distsim.fidelity.suite_data import read_suite
+    from distsim.fidelity.suite.data import read_suite
 
     slopes_old = runfit.load_slopes(shipped_table, read_suite(Path("..") / "shared" / "data" / "h100_vllm_runs"))
     lines = ["| run | model | rates (req/s) | figure | measured slope (ms per req/s) | roofline (previous default) | roofline3, GPU frozen |",

@@ -3,7 +3,7 @@
 The latency model is built through the normal config path (``load_config(overrides)``, then
 ``cluster.latency`` with its profile applied), so every ``cluster.latency.*`` override counts; the
 hardware is the GPU each table was measured on and the tensor-parallel degree its shapes are of
-(:class:`~distsim.fidelity.steps_data.StepTable`), the model each table's own, the routing skew each
+(:class:`~distsim.fidelity.steps.data.StepTable`), the model each table's own, the routing skew each
 row's (moe_skew.csv). The measured times are one GPU's kernels of a forward pass, without the engine's
 host work and without collectives (the tables measure TP shapes on one GPU), so the comparison is with
 :func:`kernel_us`: ``gpu_step_us`` less the collectives, not ``step_us``.
@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from distsim.catalog import HardwareSpec, ModelSpec, load_hardware
 from distsim.config.compose import load_config
 from distsim.errors import ConfigError
-from distsim.fidelity.steps_data import CLASSES, SHAPE_COLUMNS, StepTable
+from distsim.fidelity.steps.data import CLASSES, SHAPE_COLUMNS, StepTable
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model, coefficients_by_kind
 from distsim.instance.latency.profile import apply_profile

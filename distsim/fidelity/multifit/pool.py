@@ -21,9 +21,9 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from distsim.errors import UserError
-from distsim.fidelity.suite import simulated_requests, suite_config
-from distsim.fidelity.suite_data import SuiteRun
-from distsim.fidelity.suite_metrics import stage_metrics
+from distsim.fidelity.suite.data import SuiteRun
+from distsim.fidelity.suite.metrics import stage_metrics
+from distsim.fidelity.suite.replay import simulated_requests, suite_config
 
 Values = tuple[tuple[str, float], ...]  # (config key, value), in the parameters' order
 

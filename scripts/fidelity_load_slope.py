@@ -1,0 +1,209 @@
+"""Why the simulated load slope is too steep (issue 24, item 4): the H100 runs replayed four ways.
+
+    python scripts/fidelity_load_slope.py [--out docs/data/load_slope.md]   # about 1 minute
+
+1. ``trace``: the shipped replay (``python -m distsim.fidelity.suite``): every request a fresh question
+   behind its group's shared system prompt, as the trace is written.
+2. ``pool``: ``replay.prompts=pool``: the prompts inference-perf's ``shared_prefix`` generator sent, one
+   fixed prompt per user, repeated every round, so that vLLM's prefix cache held the whole prompt after
+   its first round (:func:`distsim.fidelity.suite.replay.data.pool_trace`).
+3. ``pool + async``: the same, with vLLM V1's asynchronous scheduling (on by default in the vLLM 0.15 the
+   runs used) *emulated here, for this measurement only*: step N+1 is scheduled while step N runs, so a
+   request that reaches a busy engine is first scheduled into the step after the next one. distsim's
+   scheduler (distsim/instance) does not do this; the change it needs is in docs/fidelity.md ("Reading
+   the results (issue 24)"). The emulation patches the instance's admission in this process.
+
+``--jointfit FILE.json`` runs instead the joint refit (``python -m distsim.fidelity.jointfit``, the shipped
+defaults' command, about 15 minutes) on the pooled prompts with async scheduling emulated: what the shipped
+values would become once distsim schedules as vLLM does (docs/data/h100_jointfit_pool_async.json).
+
+The first three keep the shipped coefficients; the fourth is the third with the GPU terms of the step-only
+fit (``STEP_FIT``, before the joint refit moved them on the trace replay) and no host time. Prints and writes a Markdown report: medians, the
+load-slope table, the loaded stage's TTFT percentiles, and the running batch by Little's law.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from distsim import outputs  # noqa: E402
+from distsim.fidelity import runfit  # noqa: E402
+from distsim.fidelity.suite.data import Suite, read_suite  # noqa: E402
+from distsim.fidelity.suite.replay import compare_run, simulated_requests, skip_reason, suite_config  # noqa: E402
+from distsim.instance.latency.roofline3 import STEP_FIT  # noqa: E402
+
+FOLDER = ROOT.parent / "shared" / "data" / "h100_vllm_runs"
+# the GPU terms of the step-only fit (before the joint refit moved them on the trace replay), no host time
+STEP_ONLY = [f"cluster.latency.{name}={getattr(STEP_FIT, name)}" for name in (
+    "compute_efficiency", "gemm_half_tokens", "memory_efficiency", "layer_overhead_us", "moe_layer_overhead_us",
+    "all_reduce_latency_us")] + ["cluster.latency.step_overhead_us=0", "cluster.latency.sequence_overhead_us=0"]
+POOL_ASYNC = ["replay.prompts=pool", "sim.fast_forward=false"]
+CONFIGS = {  # name -> (overrides, async scheduling emulated)
+    "trace": ([], False),
+    "pool": (["replay.prompts=pool"], False),
+    "pool + async": (POOL_ASYNC, True),
+    "pool + async, step-only GPU terms": (POOL_ASYNC + STEP_ONLY, True),
+}
+
+
+def async_scheduling() -> Callable[[], None]:
+    """Patch the instance so that a request enqueued while a step runs waits for the step after the next
+    (vLLM V1's async scheduling); returns the function that undoes the patch. Every step must be planned
+    one by one (``sim.fast_forward=false``) so that each step's start is known."""
+    from distsim.instance.instance import Instance
+
+    saved = {name: getattr(Instance, name) for name in ("_enqueue", "_plan_step", "_plan_next", "_admit_waiting")}
+    enqueued: dict[int, int] = {}
+
+    def _enqueue(self, req, now):
+        enqueued[req.request_id] = now
+        self._idle_at = None if self.busy else now
+        saved["_enqueue"](self, req, now)
+
+    def _plan_step(self, now, c, chunks, need_dec):
+        self._step_began = now
+        saved["_plan_step"](self, now, c, chunks, need_dec)
+
+    def _plan_next(self, now):
+        # what step N+1 takes was decided when step N began; an idle engine decides at once
+        self._decided_at = now if getattr(self, "_idle_at", None) == now else getattr(self, "_step_began", now)
+        saved["_plan_next"](self, now)
+
+    def _admit_waiting(self, now, budget, need_dec, chunks):
+        head = self.waiting.peek() if self.waiting else None
+        late = head is not None and enqueued.get(head.request_id, -1) > getattr(self, "_decided_at", now)
+        if late and (chunks or self.decoders.count):
+            return budget
+        return saved["_admit_waiting"](self, now, budget, need_dec, chunks)
+
+    for name, fn in (("_enqueue", _enqueue), ("_plan_step", _plan_step), ("_plan_next", _plan_next),
+                     ("_admit_waiting", _admit_waiting)):
+        setattr(Instance, name, fn)
+    return lambda: [setattr(Instance, name, fn) for name, fn in saved.items()]
+
+
+def replay_all(suite: Suite, overrides: list[str], emulate_async: bool) -> pd.DataFrame:
+    """Every comparable run replayed: the suite's table (run, stage, metric, measured, simulated, ...)."""
+    undo = async_scheduling() if emulate_async else None
+    try:
+        tables = []
+        for run in suite.runs:
+            if skip_reason(run, suite) is None:
+                sim = simulated_requests(run, suite_config(run, overrides))
+                tables.append(compare_run(run, sim, suite.measured_for(run), []))
+        return pd.concat(tables, ignore_index=True)
+    finally:
+        if undo is not None:
+            undo()
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:+.0f}%"
+
+
+def medians_lines(suite: Suite, tables: dict[str, pd.DataFrame]) -> list[str]:
+    lines = ["| replay | mean E2E | mean TTFT | mean ITL | slopes within 20% |", "|---|---:|---:|---:|---:|"]
+    for name, table in tables.items():
+        med = runfit.medians(table)
+        slopes = runfit.load_slopes(table, suite)
+        within = int((slopes["error_pct"].abs() <= 20).sum())
+        lines.append(f"| {name} | {med['e2e_mean']:.1f}% | {med['ttft_mean']:.1f}% | {med['itl_mean']:.1f}% "
+                     f"| {within} of {len(slopes)} |")
+    return lines
+
+
+def slope_lines(suite: Suite, tables: dict[str, pd.DataFrame]) -> list[str]:
+    slopes = {name: runfit.load_slopes(t, suite).set_index(["run", "metric"]) for name, t in tables.items()}
+    first = next(iter(slopes.values()))
+    lines = ["| run | model | rates (req/s) | figure | measured (ms per req/s) | " + " | ".join(tables) + " |",
+             "|---|---|---|---|---:|" + "---:|" * len(tables)]
+    for (run, metric), row in first.iterrows():
+        cells = [f"{s.at[(run, metric), 'simulated']:.3f} ({_pct(s.at[(run, metric), 'error_pct'])})" for s in slopes.values()]
+        lines.append(f"| {run} | {row['model'].split('/')[-1]} | {row['rate0']:g} -> {row['rate1']:g} "
+                     f"| {metric.split('_')[0].upper()} | {row['measured']:.3f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def stage_lines(suite: Suite, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The loaded stage (the last) of each two-rate run: TTFT mean / p90 / p99 and the running batch
+    (rate x mean E2E, Little's law), measured and per replay."""
+    rates = {r.id: [s.rate_rps for s in r.workload.stages] for r in suite.runs}
+    lines = ["| run | stage | rate | measured: TTFT mean / p90 / p99 (ms), batch | "
+             + " | ".join(tables) + " |", "|---|---:|---:|---|" + "---|" * len(tables)]
+    first = next(iter(tables.values()))
+    for run in dict.fromkeys(first["run"]):
+        if len(rates.get(str(run), [])) != 2:
+            continue
+        for stage in (0, 1):
+            cells = []
+            for column, table in (("measured", first), *((("simulated", t)) for t in tables.values())):
+                got = table[(table["run"] == run) & (table["stage"] == stage)].set_index("metric")[column]
+                batch = rates[str(run)][stage] * got.get("e2e_mean", math.nan) / 1000.0
+                cells.append(" / ".join(f"{got.get(m, math.nan):.0f}" for m in ("ttft_mean", "ttft_p90", "ttft_p99"))
+                             + f", {batch:.0f}")
+            lines.append(f"| {run} | {stage} | {rates[str(run)][stage]:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+JOINTFIT = [  # the shipped defaults' joint refit (docs/fidelity.md), on the pooled prompts, every step planned
+    "../shared/data/h100_vllm_runs", "../shared/data/h100_steps", "cluster.latency.kind=roofline3",
+    "cluster.latency.step_overhead_us=0", "cluster.latency.sequence_overhead_us=0", "cluster.frontend.request_us=0",
+    "cluster.frontend.per_input_token_us=6.6226", *POOL_ASYNC,
+    "--gpu", "memory_efficiency,layer_overhead_us,moe_layer_overhead_us,compute_efficiency,gemm_half_tokens",
+]
+
+
+def joint_refit(out: str) -> int:
+    """The joint refit with async scheduling emulated (in this process and in the pool's workers, which
+    fork from it); the JSON records this script's command."""
+    import json
+    import multiprocessing
+    import os
+
+    from distsim.fidelity import jointfit
+
+    multiprocessing.set_start_method("fork", force=True)  # the workers inherit the patched instance
+    os.chdir(ROOT)
+    async_scheduling()
+    rc = jointfit.main([*JOINTFIT, "--out", out])
+    if rc == 0:
+        body = json.loads(Path(out).read_text(encoding="utf-8"))
+        body["command"] = f"python scripts/fidelity_load_slope.py --jointfit {out}"
+        body["emulated"] = "vLLM's async scheduling (scripts/fidelity_load_slope.py, async_scheduling)"
+        Path(out).write_text(json.dumps(body, indent=2, allow_nan=True) + "\n", encoding="utf-8")
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=str(ROOT / "docs" / "data" / "load_slope.md"))
+    p.add_argument("--jointfit", default=None, metavar="FILE.json", help="run the joint refit instead (15 min)")
+    args = p.parse_args(argv)
+    if args.jointfit:
+        return joint_refit(args.jointfit)
+    suite = read_suite(FOLDER)
+    tables = {name: replay_all(suite, over, emulate) for name, (over, emulate) in CONFIGS.items()}
+    text = "\n".join([
+        "# Load slope of the H100 runs, replayed four ways (scripts/fidelity_load_slope.py)", "",
+        "Shipped coefficients but in the last column (the step-only fit's GPU terms, no host time);"
+        " error = (simulated - measured) / measured.", "",
+        "## Median absolute error over the 13 runs", "", *medians_lines(suite, tables), "",
+        "## Load slope of the two-rate runs (simulated slope, its error)", "", *slope_lines(suite, tables), "",
+        "## Each stage: TTFT mean / p90 / p99 and the running batch (rate x mean E2E)", "", *stage_lines(suite, tables), "",
+    ])
+    outputs.write_text(args.out, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
