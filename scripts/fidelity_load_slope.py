@@ -78,12 +78,12 @@ def async_scheduling() -> Callable[[], None]:
         self._decided_at = now if getattr(self, "_idle_at", None) == now else getattr(self, "_step_began", now)
         saved["_plan_next"](self, now)
 
-    def _admit_waiting(self, now, budget, need_dec, chunks):
-        head = self.waiting.peek() if self.waiting else None
+    def _admit_waiting(self, waiting, now, budget, need_dec, chunks):
+        head = waiting.peek() if waiting else None
         late = head is not None and enqueued.get(head.request_id, -1) > getattr(self, "_decided_at", now)
         if late and (chunks or self.decoders.count):
             return budget
-        return saved["_admit_waiting"](self, now, budget, need_dec, chunks)
+        return saved["_admit_waiting"](self, waiting, now, budget, need_dec, chunks)
 
     for name, fn in (("_enqueue", _enqueue), ("_plan_step", _plan_step), ("_plan_next", _plan_next),
                      ("_admit_waiting", _admit_waiting)):
