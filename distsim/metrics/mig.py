@@ -7,15 +7,20 @@ GPU, and per sliced pool its profile, slices and GPUs (its billed shares summed)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
+from distsim.protocols import World
+
+if TYPE_CHECKING:
+    from distsim.cluster.pools import PoolSpec
+    from distsim.instance.instance import Instance
 
 
-def mig_summary(cluster: Any, instances: Table) -> dict[str, Any]:
+def mig_summary(cluster: World[Instance, PoolSpec], instances: Table) -> dict[str, Any]:
     """The fleet's packing (GPUs, instances and KV tokens per GPU) and each sliced pool's."""
     sliced = instances["mig_profile"] != ""
     whole_gpus = int(instances["gpus"][~sliced].sum())

@@ -51,6 +51,7 @@ class Policy:
     """What routers and admission policies share: parameters, a context, and the membership hook."""
 
     Params: ClassVar[type[PolicyParams]] = PolicyParams
+    reads_signals: bool = False  # reads instance-reported signals (the board then has instances push them live)
 
     def __init__(self, params: PolicyParams, ctx: PolicyContext):
         self.params = params
@@ -75,6 +76,7 @@ class Router(Policy):
     """Chooses the instance for an admitted request."""
 
     uses_prefix_index: ClassVar[bool] = False  # the cluster keeps a prefix index for it
+    last_scores: np.ndarray | None = None  # a scoring router's scores of its last decision, by view position
 
     @classmethod
     def reads_prefix_index(cls, params: PolicyParams) -> bool:
