@@ -26,6 +26,7 @@ from distsim.metrics.window import WindowProbe
 from distsim.progress import ProgressLine, ProgressSettings, expected_end_us, expected_requests
 from distsim.protocols import World
 from distsim.request import Request
+from distsim.workload.base import WorkloadSource
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -119,7 +120,8 @@ def run(
     CPU clocks when the caller began (perf.json then includes resolving); ``progress``: as simulate's."""
     wall0, cpu0 = started or (time.perf_counter(), time.process_time())
     sim = scenario.sim
-    workload_summary = getattr(scenario.workload, "summary", lambda: None)()  # traces: rows read and skipped
+    workload = scenario.workload  # a list the caller gave, or a configured source (a trace's: rows read, skipped)
+    workload_summary = workload.summary() if isinstance(workload, WorkloadSource) else None
     loop = EventLoop(sim.horizon_us)
     recorder = _recorder(scenario)
     timeline, instance_cls = _timeline(scenario)

@@ -22,8 +22,9 @@ import heapq
 import math
 from array import array
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from distsim.cells.base import FrontRouter
 from distsim.cells.directory import CellDirectory
 from distsim.cells.network import Network
 from distsim.cluster.cluster import Cluster, Intake, decision_table, warn_refusals
@@ -31,6 +32,11 @@ from distsim.config.settings import CellSettings
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.request import Request, Status
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from distsim.metrics.recorder import Recorder
 
 
 class CellSink:
@@ -61,8 +67,8 @@ class Fleet(Intake):
     """The front, the network and the cells. Assembled by :func:`distsim.cells.build.build_fleet`."""
 
     def __init__(
-        self, cells: list[Cluster], network: Network, directory: CellDirectory, front: Any, settings: CellSettings,
-        loop: EventLoop, recorder: Any,
+        self, cells: list[Cluster], network: Network, directory: CellDirectory, front: FrontRouter,
+        settings: CellSettings, loop: EventLoop, recorder: Recorder,
     ):
         self.cells, self.network, self.directory, self.front = cells, network, directory, front
         self.settings = settings
@@ -183,7 +189,7 @@ class Fleet(Intake):
     def warn_refusals(self) -> None:
         warn_refusals(self.instances, self.arrived)
 
-    def decision_table(self):
+    def decision_table(self) -> pd.DataFrame:
         return decision_table(list(heapq.merge(*(cell.decisions for cell in self.cells), key=lambda d: d[0])))
 
     @property

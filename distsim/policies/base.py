@@ -7,12 +7,15 @@ never reach into an instance. A policy draws randomness only from its own stream
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from distsim.policies.registry import ADMISSIONS, ROUTERS
 from distsim.request import Request
+
+if TYPE_CHECKING:
+    from distsim.cluster.view import ClusterView
 
 
 @dataclass
@@ -22,7 +25,7 @@ class PolicyContext:
     num_instances: int
     rng: np.random.Generator  # the policy's own stream ("router", "router/decode", "admission")
     seed: int
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. default_ttft_slo_ms
+    extra: dict[str, float] = field(default_factory=dict)  # e.g. default_ttft_slo_ms
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,14 @@ class Router(Policy):
         """Whether the router with these parameters scores the router-side prefix index."""
         return cls.uses_prefix_index
 
-    def route(self, req: Request, view: Any) -> int:
+    def route(self, req: Request, view: ClusterView) -> int:
         raise NotImplementedError
 
 
 class Admission(Policy):
     """Admits or rejects a request as it enters the cluster."""
 
-    def admit(self, req: Request, now: int, view: Any) -> bool:
+    def admit(self, req: Request, now: int, view: ClusterView) -> bool:
         raise NotImplementedError
 
 
