@@ -10,10 +10,8 @@ from distsim.cluster.prefix_index import PrefixIndex
 from distsim.errors import ConfigError
 from distsim.events.rng import stream
 from distsim.instance.latency.linear import LinearLatency
-from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext, load_builtin_policies
+from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext
 from distsim.request import Request
-
-load_builtin_policies()
 
 
 class FakeView:

@@ -1,5 +1,5 @@
 """Admission and routing policies: one file each, registered by name (see base.py)."""
 
-from distsim.policies.base import ADMISSIONS, ROUTERS, Admission, PolicyContext, Router, load_builtin_policies
+from distsim.policies.base import ADMISSIONS, ROUTERS, Admission, PolicyContext, Router
 
-__all__ = ["ADMISSIONS", "ROUTERS", "Admission", "PolicyContext", "Router", "load_builtin_policies"]
+__all__ = ["ADMISSIONS", "ROUTERS", "Admission", "PolicyContext", "Router"]

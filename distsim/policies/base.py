@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from distsim.policies.registry import ADMISSIONS, ROUTERS
+from distsim.policies.registry import ADMISSIONS, ROUTERS  # noqa: F401  (re-exported: policies register here)
 from distsim.request import Request
 
 if TYPE_CHECKING:
@@ -96,8 +96,3 @@ class Admission(Policy):
     def admit(self, req: Request, now: int, view: ClusterView) -> bool:
         raise NotImplementedError
 
-
-def load_builtin_policies() -> None:
-    """Kept for callers from before discovery: the registries now import their members on first lookup."""
-    ROUTERS.discover()
-    ADMISSIONS.discover()
