@@ -200,7 +200,7 @@ class TraceSource(WorkloadSource):
         unique = UniqueKeys()
         sessions: dict[int, tuple[int, tuple]] = {}
         prefixes = self.prefixes
-        trace_block = getattr(READERS[self.format], "block_tokens", None)
+        trace_block = READERS[self.format].block_tokens
         while True:
             chunk = list(islice(rows, CHUNK))
             if not chunk:
