@@ -11,8 +11,9 @@ Annotations only: nothing is checked per event. tests/test_protocols.py checks t
 carries every member. The module sits at the bottom of the import order (the standard library and
 distsim.request only), so any package may name these types.
 
-A world is generic in what it is built of: ``World[Instance, PoolSpec]`` is an LLM world whose engines
-are Instances and whose pools are distsim.cluster.pools.PoolSpec (the metrics read both in depth).
+A world is generic in what it is built of, which the metrics read in depth: its engines, its pools, its
+runtime replicas and its autoscaler. The run builds ``World[Instance, PoolSpec, RuntimeReplica,
+Autoscaler]`` (distsim.metrics.tables.RunWorld names it for the metrics).
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
 from distsim.request import Request
-
-E_co = TypeVar("E_co", covariant=True)  # a world's engines
-P_co = TypeVar("P_co", covariant=True)  # a world's pool specs
 
 
 class Row(Protocol):
@@ -137,15 +135,14 @@ class HedgeBooks(Protocol):
     def groups(self) -> Mapping[int, HedgeOutcome]: ...
 
 
-class Autoscaling(Protocol):
-    """What the run's outputs read of its autoscaler (distsim.autoscale.controller.Autoscaler) through the
-    world: seconds billed per instance within a span (a numpy float array, indexed by instance number)."""
-
-    def billed_s(self, start_us: int, end_us: int, /) -> Sequence[float]: ...
+E_co = TypeVar("E_co", bound=Replica, covariant=True)  # a world's LLM engines
+P_co = TypeVar("P_co", covariant=True)  # its pool specs
+R_co = TypeVar("R_co", bound=Replica, covariant=True)  # its batching runtimes' replicas
+A_co = TypeVar("A_co", covariant=True)  # its autoscaler
 
 
 @runtime_checkable
-class World(Protocol[E_co, P_co]):
+class World(Protocol[E_co, P_co, R_co, A_co]):
     """The simulation's top level, as the run, the metrics and the timeline use it.
 
     Run: ``feed`` the requests, run the loop, ``finish`` at the horizon (every request still inside is
@@ -164,16 +161,16 @@ class World(Protocol[E_co, P_co]):
     def pool_of(self) -> Sequence[P_co]: ...
 
     @property
-    def runtimes(self) -> Sequence[Replica]: ...
+    def runtimes(self) -> Sequence[R_co]: ...
 
     @property
-    def cells(self) -> Sequence[World[E_co, P_co]] | None: ...
+    def cells(self) -> Sequence[World[E_co, P_co, R_co, A_co]] | None: ...
 
     @property
     def hedgers(self) -> Sequence[HedgeBooks]: ...
 
     @property
-    def autoscaler(self) -> Autoscaling | None: ...
+    def autoscaler(self) -> A_co | None: ...
 
     @property
     def board(self) -> ScrapeCount: ...

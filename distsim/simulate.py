@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from distsim import outputs
 from distsim.cells.build import build_world
 from distsim.cells.fleet import Fleet
+from distsim.cluster.cluster import Cluster
 from distsim.config.scenario import Scenario, resolve
 from distsim.events.loop import EventLoop
 from distsim.instance.instance import Instance
@@ -24,7 +25,6 @@ from distsim.metrics.recorder import Recorder
 from distsim.metrics.tables import measure
 from distsim.metrics.window import WindowProbe
 from distsim.progress import ProgressLine, ProgressSettings, expected_end_us, expected_requests
-from distsim.protocols import World
 from distsim.request import Request
 from distsim.workload.base import WorkloadSource
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from omegaconf import DictConfig
 
-    from distsim.cluster.pools import PoolSpec
+    from distsim.metrics.tables import RunWorld
     from distsim.metrics.timeline import Timeline
 
 
@@ -125,18 +125,7 @@ def run(
     loop = EventLoop(sim.horizon_us)
     recorder = _recorder(scenario)
     timeline, instance_cls = _timeline(scenario)
-    world: World[Instance, PoolSpec] = build_world(
-        scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
-        seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
-        cells=scenario.cells, instance_cls=instance_cls,
-    )
-    if timeline is not None:
-        timeline.attach(world)
-    if scenario.runtimes:  # batching runtimes for non-LLM request types, behind a front that routes by type
-        from distsim.runtime.build import attach_runtimes
-
-        world = attach_runtimes(world, scenario.runtimes, scenario.policy, scenario.signals, loop, recorder,
-                                seed=sim.seed, ttft_slo_ms=scenario.slo.ttft_ms)
+    world = _build(scenario, loop, recorder, timeline, instance_cls)
     world.feed(scenario.workload)
     probe = WindowProbe(sim.window) if sim.window is not None else None  # a measurement window
     with _progress_line(progress, scenario, loop, recorder):
@@ -163,6 +152,27 @@ def run(
 
         replicas = timeline_table(world.autoscaler)
     return SimulationResult(summary, table, instances, perf, decisions, cells, replicas, trace)
+
+
+def _build(scenario: Scenario, loop: EventLoop, recorder: Recorder, timeline: Timeline | None,
+           instance_cls: type[Instance]) -> RunWorld:
+    """The world: the cluster or the fleet of cells (the timeline listening, if any), and with runtime
+    pools the front that routes requests by type over it."""
+    sim = scenario.sim
+    built = build_world(
+        scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
+        seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
+        cells=scenario.cells, instance_cls=instance_cls,
+    )
+    if timeline is not None:
+        timeline.attach(built)
+    if not scenario.runtimes:
+        return built
+    from distsim.runtime.build import attach_runtimes  # batching runtimes for non-LLM request types
+
+    assert isinstance(built, Cluster)  # resolve refuses runtime pools with cells (distsim.runtime.checks)
+    return attach_runtimes(built, scenario.runtimes, scenario.policy, scenario.signals, loop, recorder,
+                           seed=sim.seed, ttft_slo_ms=scenario.slo.ttft_ms)
 
 
 def _timeline(scenario: Scenario) -> tuple[Timeline | None, type[Instance]]:

@@ -11,11 +11,10 @@ import numpy as np
 from distsim.cluster.hedging import hedging_columns
 from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
-from distsim.protocols import World
 
 if TYPE_CHECKING:
-    from distsim.cluster.pools import PoolSpec
     from distsim.instance.instance import Instance
+    from distsim.metrics.tables import RunWorld
 
 
 def gpu_seconds_per_token(instances: Sequence[Instance], fractions: list[float] | None = None) -> dict[int, tuple[float, float]]:
@@ -36,7 +35,7 @@ def gpu_seconds_per_token(instances: Sequence[Instance], fractions: list[float] 
     return rates
 
 
-def add_hedging(table: Table, instances: Table, cluster: World[Instance, PoolSpec]) -> dict[str, Any]:
+def add_hedging(table: Table, instances: Table, cluster: RunWorld) -> dict[str, Any]:
     """Add the hedging columns to the request table; return the summary section (over the measured rows
     when a measurement window marks them)."""
     fractions = list(instances["gpu_fraction"]) if "gpu_fraction" in instances else None  # MIG slices

@@ -13,14 +13,12 @@ import numpy as np
 
 from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
-from distsim.protocols import World
 
 if TYPE_CHECKING:
-    from distsim.cluster.pools import PoolSpec
-    from distsim.instance.instance import Instance
+    from distsim.metrics.tables import RunWorld
 
 
-def mig_summary(cluster: World[Instance, PoolSpec], instances: Table) -> dict[str, Any]:
+def mig_summary(cluster: RunWorld, instances: Table) -> dict[str, Any]:
     """The fleet's packing (GPUs, instances and KV tokens per GPU) and each sliced pool's."""
     sliced = instances["mig_profile"] != ""
     whole_gpus = int(instances["gpus"][~sliced].sum())

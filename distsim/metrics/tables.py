@@ -12,17 +12,21 @@ from distsim.events.loop import EventLoop
 from distsim.metrics.columns import Table
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.summary import rnd, summarize
-from distsim.protocols import World
 
 if TYPE_CHECKING:
+    from distsim.autoscale.controller import Autoscaler
     from distsim.cluster.pools import PoolSpec
     from distsim.instance.instance import Instance
     from distsim.metrics.window import WindowProbe
+    from distsim.protocols import World
     from distsim.runtime.replica import RuntimeReplica
+
+    # the world a run builds and measures: a cluster, a fleet of cells, or the typed front over a cluster
+    RunWorld = World[Instance, PoolSpec, RuntimeReplica, Autoscaler]
 
 
 def measure(
-    cluster: World[Instance, PoolSpec], recorder: Recorder, loop: EventLoop, end_us: int, seed: int,
+    cluster: RunWorld, recorder: Recorder, loop: EventLoop, end_us: int, seed: int,
     window: WindowProbe | None = None,
 ) -> tuple[Table, Table, dict]:
     """The request table, the instance table and the summary (fitness not yet added). ``window``: a
@@ -79,7 +83,7 @@ def types_section(table: Table, runtimes: Sequence[RuntimeReplica], span_s: floa
     return types_summary(table, runtimes, span_s)
 
 
-def instance_table(cluster: World[Instance, PoolSpec]) -> Table:
+def instance_table(cluster: RunWorld) -> Table:
     """instances.parquet: one row per instance (engine)."""
     rows = []
     for inst in cluster.instances:
@@ -152,7 +156,7 @@ def cpu_tier_columns(instances: Sequence[Instance]) -> dict[str, list]:
 ITL_CHUNK = 1 << 22  # inter-token gaps gathered before they are tallied
 
 
-def itl_samples(cluster: World[Instance, PoolSpec]) -> tuple[np.ndarray, np.ndarray]:
+def itl_samples(cluster: RunWorld) -> tuple[np.ndarray, np.ndarray]:
     """All inter-token gaps as (values in microseconds, weights): each distinct gap once, sorted, with the
     summed weight of its samples, which gives the weighted distribution of the samples themselves. They are
     tallied a few million at a time, so memory stays small however many there are (a run of 131,072

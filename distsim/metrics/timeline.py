@@ -44,16 +44,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from distsim.config.timeline import TimelineWindow
-from distsim.protocols import World
 from distsim.request import Request
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from distsim.cluster.pools import PoolSpec
     from distsim.instance.instance import Instance
     from distsim.instance.plan import StepPlan
     from distsim.metrics.columns import Table
+    from distsim.metrics.tables import RunWorld
     from distsim.runtime.replica import RuntimeReplica
 
 STEPS_TID = 1  # an instance's steps
@@ -75,7 +74,7 @@ class Timeline:
         self.hedges: list[tuple[int, int, int, int, int]] = []  # (time, request id, copy id, from, to)
         self.front: list[tuple[int, int, int, int]] = []  # (time, request id, from cell (-1: the front), to cell)
 
-    def attach(self, world: World[Instance, PoolSpec]) -> None:
+    def attach(self, world: RunWorld) -> None:
         """Listen to ``world`` (a cluster or a fleet of cells, built with ObservedInstance engines)."""
         for inst in world.instances:
             inst.step_listeners.append(self.step)
@@ -126,7 +125,7 @@ class Timeline:
             self.front.append((now, req.request_id, cell, target))
 
     # ------------------------------------------------------------------ the trace
-    def trace(self, world: World[Instance, PoolSpec], requests: Table | pd.DataFrame, end_us: int, seed: int) -> dict[str, Any]:
+    def trace(self, world: RunWorld, requests: Table | pd.DataFrame, end_us: int, seed: int) -> dict[str, Any]:
         """The Chrome trace of the run: ``world`` as run, ``requests`` its request table (a column Table
         or a DataFrame, requests.parquet's columns), ``end_us`` the end of the run."""
         out = _Events()
@@ -154,7 +153,7 @@ class Timeline:
             "traceEvents": out.events(),
         }
 
-    def _instances(self, out: _Events, world: World[Instance, PoolSpec]) -> None:
+    def _instances(self, out: _Events, world: RunWorld) -> None:
         cell_of = {}
         for c, cluster in enumerate(world.cells or ()):
             cell_of.update((inst.index, c) for inst in cluster.instances)
@@ -195,7 +194,7 @@ class Timeline:
                          f"{replica.pool.hardware.name})", threads, always=STEPS_TID)
 
     def _requests(
-        self, out: _Events, world: World[Instance, PoolSpec], requests: Table | pd.DataFrame, end_us: int, cluster_pid: int
+        self, out: _Events, world: RunWorld, requests: Table | pd.DataFrame, end_us: int, cluster_pid: int
     ) -> None:
         cols = _RequestColumns(requests)
         winner = _hedge_winners(world)
@@ -357,7 +356,7 @@ class _RequestColumns:
         return len(self.ids)
 
 
-def _hedge_winners(world: World[Instance, PoolSpec]) -> dict[int, int]:
+def _hedge_winners(world: RunWorld) -> dict[int, int]:
     """Hedged requests: the id of the copy whose times the request carries (its own, or a copy's)."""
     out = {}
     for hedger in world.hedgers:

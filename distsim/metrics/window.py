@@ -45,11 +45,10 @@ from distsim.events.loop import EventLoop
 from distsim.metrics.columns import Table
 from distsim.metrics.summary import cpu_kv_counts, is_status, rnd, summarize
 from distsim.metrics.tables import Tally
-from distsim.protocols import World
 
 if TYPE_CHECKING:
-    from distsim.cluster.pools import PoolSpec
     from distsim.instance.instance import Instance
+    from distsim.metrics.tables import RunWorld
     from distsim.runtime.replica import RuntimeReplica
 
 
@@ -74,7 +73,7 @@ def counters_at(inst: Instance, now: int) -> Counters:
     return Counters(busy, len(stats.itl_step_durations), len(stats.itl_single))
 
 
-def snapshot(cluster: World[Instance, PoolSpec], now: int) -> dict[int, Counters]:
+def snapshot(cluster: RunWorld, now: int) -> dict[int, Counters]:
     """Every instance's counters at ``now``, and every runtime replica's (its busy time credited at batch
     ends; it has no token gaps)."""
     out = {inst.index: counters_at(inst, now) for inst in cluster.instances}
@@ -92,7 +91,7 @@ class WindowProbe:
     edges: list[dict[int, Counters]] = field(default_factory=list)  # at the start, and the end if closed
     stop_us: int = 0  # the measured span's end (set by ``summary``)
 
-    def run(self, loop: EventLoop, cluster: World[Instance, PoolSpec], horizon_us: int | None) -> int:
+    def run(self, loop: EventLoop, cluster: RunWorld, horizon_us: int | None) -> int:
         """Run ``loop`` to its end (the horizon), pausing at the window's edges; the final time."""
         for edge in (self.window.start_us, self.window.end_us):
             if edge is None:
@@ -118,7 +117,7 @@ class WindowProbe:
         return start, max(stop, start)
 
     def summary(
-        self, table: Table, instances: Table, cluster: World[Instance, PoolSpec], *, seed: int, events: int, end_us: int
+        self, table: Table, instances: Table, cluster: RunWorld, *, seed: int, events: int, end_us: int
     ) -> dict:
         """summary.json over the window (fitness not yet added); adds the ``measured`` column to ``table``."""
         before, measured, after = self.measured(table)
@@ -154,7 +153,7 @@ class WindowProbe:
         table.add("measured", measured, "bool")
         return summary
 
-    def _end_counters(self, cluster: World[Instance, PoolSpec]) -> dict[int, Counters]:
+    def _end_counters(self, cluster: RunWorld) -> dict[int, Counters]:
         """The counters at the window's end: its snapshot, or the run's final ones for an open window."""
         if self.window.end_us is not None:
             return self.edges[1]
@@ -171,7 +170,7 @@ class WindowProbe:
         rows = take_rows(table, table["measured"])
         return types_summary(rows, runtimes, span_s, ended_in=(self.window.start_us, self.stop_us))
 
-    def fleet_table(self, instances: Table, cluster: World[Instance, PoolSpec], rows: Table) -> Table:
+    def fleet_table(self, instances: Table, cluster: RunWorld, rows: Table) -> Table:
         """instances' columns for the summary, with busy time and too-long refusals inside the window."""
         begin, end = self.edges[0], self._end_counters(cluster)
         zero = Counters(0, 0, 0)
@@ -189,7 +188,7 @@ class WindowProbe:
             out.add(name, values, instances.kind(name), instances.categories(name) if instances.kind(name) == "category" else ())
         return out
 
-    def itl_samples(self, cluster: World[Instance, PoolSpec]) -> tuple[np.ndarray, np.ndarray]:
+    def itl_samples(self, cluster: RunWorld) -> tuple[np.ndarray, np.ndarray]:
         """The token gaps of the steps ending in the window, tallied as distsim.metrics.tables.itl_samples does."""
         begin, end = self.edges[0], self._end_counters(cluster)
         low = self.window.start_us
