@@ -176,7 +176,7 @@ class World(Protocol[E_co, P_co, R_co, A_co]):
     def board(self) -> ScrapeCount: ...
 
     @property
-    def listeners(self) -> list: ...  # a cluster's: distsim.cluster.cluster.ClusterListener; a fleet's: cells'
+    def listeners(self) -> list: ...  # a cluster's: ClusterListeners; a fleet's: told of the front's picks
 
     @property
     def dp(self) -> object | None: ...  # data parallelism's balancer; None without it

@@ -89,7 +89,7 @@ class Fleet(Intake):
         self.record_ids = array("q")  # request ids as recorded, and the cell that recorded each (-1: none)
         self.record_cells = array("q")
         self.listeners: list[Any] = []  # told of the front's picks and spill-overs (a timeline): front_routed, spilled
-        self.runtimes, self.autoscaler = (), None  # World (distsim.protocols): no runtimes, no autoscaling with cells
+        self.runtimes, self.autoscaler = (), None  # distsim.protocols.World: neither is modelled with cells
         self._wire: dict[int, tuple[Request, int, tuple[int, ...]]] = {}  # id -> (request, its cell, cells passed)
         self._source: Iterator[Request] | None = None
         self._exhausted = False

@@ -126,7 +126,7 @@ class Cluster(Intake):
         self._wire_hedger(hedger)
         self.decisions: list[tuple] = []
         self.listeners: list[ClusterListener] = []  # told of hand-offs, KV transfers and hedges (a timeline)
-        self.cells, self.runtimes, self.autoscaler = None, (), None  # World (distsim.protocols); autoscaling sets its own
+        self.cells, self.runtimes, self.autoscaler = None, (), None  # distsim.protocols.World; autoscaling sets one
         self.arrived = 0  # requests that entered this cluster
         self.recorded = 0  # of them, recorded with their final status
         self.first_arrival_us: int | None = None

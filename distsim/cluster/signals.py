@@ -26,7 +26,10 @@ from distsim.protocols import RunSource, SignalSource
 
 
 class SignalBoard:
-    def __init__(self, instances: Sequence[SignalSource], settings: SignalSettings, loop: EventLoop, rng: np.random.Generator):
+    def __init__(
+        self, instances: Sequence[SignalSource], settings: SignalSettings, loop: EventLoop,
+        rng: np.random.Generator,
+    ):
         n = len(instances)
         self.instances = instances
         self.loop = loop
