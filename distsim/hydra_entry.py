@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from distsim.errors import OutputError, UserError, os_reason
 
@@ -30,15 +31,21 @@ def _full_error() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
-def _compose_reporting_the_key(original: Any) -> Any:
+P = ParamSpec("P")
+R = TypeVar("R")
+SaveConfig = Callable[[object, str, Path], None]  # hydra.core.utils._save_config(cfg, filename, output_dir)
+Task = Callable[[], object]  # what hydra's run_and_report runs
+
+
+def _compose_reporting_the_key(original: Callable[P, R]) -> Callable[P, R]:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from distsim.config.compose import composition_error
 
-    def compose_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def compose_config(*args: P.args, **kwargs: P.kwargs) -> R:  # a method: the Hydra object comes first
         try:
-            return original(self, *args, **kwargs)
+            return original(*args, **kwargs)
         except (HydraException, OmegaConfBaseException) as err:
             if _full_error():
                 raise
@@ -47,8 +54,8 @@ def _compose_reporting_the_key(original: Any) -> Any:
     return compose_config
 
 
-def _save_naming_the_file(original: Any) -> Any:
-    def save_config(cfg: Any, filename: str, output_dir: Path) -> None:
+def _save_naming_the_file(original: SaveConfig) -> SaveConfig:
+    def save_config(cfg: object, filename: str, output_dir: Path) -> None:
         try:
             original(cfg, filename, output_dir)
         except OSError as err:  # the directory could not be made, or the file written (a full disk)
@@ -60,9 +67,9 @@ def _save_naming_the_file(original: Any) -> Any:
     return save_config
 
 
-def _report_user_errors(original: Any, prog: str) -> Any:
-    def run_and_report(func: Any) -> Any:
-        def guarded() -> Any:
+def _report_user_errors(original: Callable[[Task], object], prog: str) -> Callable[[Task], object]:
+    def run_and_report(func: Task) -> object:
+        def guarded() -> object:
             try:
                 return func()
             except UserError as err:

@@ -17,12 +17,13 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from distsim.errors import OutputError, os_reason
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
     from distsim.metrics.columns import Table
 
@@ -123,7 +124,7 @@ def write_csv(path: str | os.PathLike, frame: pd.DataFrame) -> Path:
     return write_file(path, lambda tmp: frame.to_csv(tmp, index=False))
 
 
-def save_figure(fig: Any, path: str | os.PathLike, **savefig: Any) -> Path:
+def save_figure(fig: Figure, path: str | os.PathLike, **savefig: object) -> Path:
     """A matplotlib figure; the format follows the final name's suffix, not the temporary one's."""
     fmt = Path(path).suffix.lstrip(".") or "png"
     return write_file(path, lambda tmp: fig.savefig(tmp, format=fmt, **savefig))

@@ -21,9 +21,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass
-from typing import Any, TextIO
+from types import TracebackType
+from typing import TextIO
+
+from distsim.request import Request
+from distsim.workload.base import WorkloadSource
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class ProgressSettings:
 DEFAULTS = ProgressSettings()  # what ``progress=True`` means
 
 
-def wanted(setting: bool | None, stream: Any) -> bool:
+def wanted(setting: bool | None, stream: object) -> bool:
     """``sim.progress``: true or false, or null for "when ``stream`` is a terminal"."""
     if setting is None:
         isatty = getattr(stream, "isatty", None)
@@ -44,22 +48,22 @@ def wanted(setting: bool | None, stream: Any) -> bool:
     return bool(setting)
 
 
-def expected_requests(workload: Any) -> int | None:
+def expected_requests(workload: Iterable[Request]) -> int | None:
     """How many requests the run will see, when the workload says (a list given by the caller, a
     synthetic workload's num_requests, a trace's rows capped by num_requests); None if unknown."""
     if isinstance(workload, Sized):
         return len(workload)
-    limit = getattr(workload, "limit", None)
-    summary = getattr(workload, "summary", lambda: None)() or {}
-    rows = summary.get("rows")
-    known = [n for n in (limit, rows) if isinstance(n, int)]
+    if not isinstance(workload, WorkloadSource):
+        return None
+    rows = (workload.summary() or {}).get("rows")
+    known = [n for n in (workload.limit, rows) if isinstance(n, int)]
     return min(known) if known else None
 
 
-def expected_end_us(workload: Any, horizon_us: int | None) -> int | None:
+def expected_end_us(workload: Iterable[Request], horizon_us: int | None) -> int | None:
     """The simulated instant the run ends by, when known: the horizon, else the arrivals' duration (the
     run then drains, so the share by time is capped below 1)."""
-    duration = getattr(workload, "duration_us", None)
+    duration = workload.duration_us if isinstance(workload, WorkloadSource) else None
     known = [t for t in (horizon_us, duration) if isinstance(t, int) and t > 0]
     return min(known) if known else None
 
@@ -113,7 +117,9 @@ class ProgressLine:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

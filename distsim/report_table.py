@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def _fmt(x: Any, digits: int = 1) -> str:
+def _fmt(x: float | None, digits: int = 1) -> str:
     if x is None:
         return "-"
     if isinstance(x, float):

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from distsim import outputs
 from distsim.cells.build import build_world
+from distsim.cells.fleet import Fleet
+from distsim.cluster.cluster import Cluster
 from distsim.events.loop import EventLoop
 from distsim.instance.instance import Instance
 from distsim.metrics.columns import Table
@@ -24,9 +26,14 @@ from distsim.metrics.window import WindowProbe
 from distsim.progress import ProgressLine, ProgressSettings, expected_end_us, expected_requests
 from distsim.request import Request
 from distsim.resolve import Scenario, resolve
+from distsim.workload.base import WorkloadSource
 
 if TYPE_CHECKING:
     import pandas as pd
+    from omegaconf import DictConfig
+
+    from distsim.metrics.tables import RunWorld
+    from distsim.metrics.timeline import Timeline
 
 
 @dataclass
@@ -93,7 +100,7 @@ def summary_json(summary: dict[str, Any]) -> str:
 
 
 def simulate(
-    cfg: Any, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False
+    cfg: DictConfig, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False
 ) -> SimulationResult:
     """Run the simulation that ``cfg`` (a composed config, see load_config) describes.
 
@@ -113,51 +120,62 @@ def run(
     CPU clocks when the caller began (perf.json then includes resolving); ``progress``: as simulate's."""
     wall0, cpu0 = started or (time.perf_counter(), time.process_time())
     sim = scenario.sim
-    workload_summary = getattr(scenario.workload, "summary", lambda: None)()  # traces: rows read and skipped
+    workload = scenario.workload  # a list the caller gave, or a configured source (a trace's: rows read, skipped)
+    workload_summary = workload.summary() if isinstance(workload, WorkloadSource) else None
     loop = EventLoop(sim.horizon_us)
     recorder = _recorder(scenario)
     timeline, instance_cls = _timeline(scenario)
-    cluster = build_world(
+    world = _build(scenario, loop, recorder, timeline, instance_cls)
+    world.feed(scenario.workload)
+    probe = WindowProbe(sim.window) if sim.window is not None else None  # a measurement window
+    with _progress_line(progress, scenario, loop, recorder):
+        end_us = loop.run() if probe is None else probe.run(loop, world, sim.horizon_us)
+    world.finish(sim.horizon_us)
+    world.warn_refusals()
+    table, instances, summary = measure(world, recorder, loop, end_us, sim.seed, probe)
+    cells = None
+    if isinstance(world, Fleet):  # a cell layer adds its columns to the DataFrames
+        from distsim.metrics.cells import measure_cells
+
+        table, instances = table.to_pandas(), instances.to_pandas()
+        cells = measure_cells(world, table, instances, summary)
+    if workload_summary is not None:
+        summary["workload"] = workload_summary
+    summary["fitness"] = compute_fitness(summary, scenario.fitness)
+    del summary["_derived"]
+    trace = timeline.trace(world, table, end_us, sim.seed) if timeline is not None else None
+    perf = perf_figures(wall0, cpu0, loop.events, len(table))
+    decisions = world.decision_table() if world.trace else None
+    replicas = None
+    if world.autoscaler is not None:
+        from distsim.metrics.autoscale import timeline_table
+
+        replicas = timeline_table(world.autoscaler)
+    return SimulationResult(summary, table, instances, perf, decisions, cells, replicas, trace)
+
+
+def _build(scenario: Scenario, loop: EventLoop, recorder: Recorder, timeline: Timeline | None,
+           instance_cls: type[Instance]) -> RunWorld:
+    """The world: the cluster or the fleet of cells (the timeline listening, if any), and with runtime
+    pools the front that routes requests by type over it."""
+    sim = scenario.sim
+    built = build_world(
         scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
         seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
         cells=scenario.cells, instance_cls=instance_cls,
     )
     if timeline is not None:
-        timeline.attach(cluster)
-    if scenario.runtimes:  # batching runtimes for non-LLM request types, behind a front that routes by type
-        from distsim.runtime.build import attach_runtimes
+        timeline.attach(built)
+    if not scenario.runtimes:
+        return built
+    from distsim.runtime.build import attach_runtimes  # batching runtimes for non-LLM request types
 
-        cluster = attach_runtimes(cluster, scenario.runtimes, scenario.policy, scenario.signals, loop, recorder,
-                                  seed=sim.seed, ttft_slo_ms=scenario.slo.ttft_ms)
-    cluster.feed(scenario.workload)
-    probe = WindowProbe(sim.window) if sim.window is not None else None  # a measurement window
-    with _progress_line(progress, scenario, loop, recorder):
-        end_us = loop.run() if probe is None else probe.run(loop, cluster, sim.horizon_us)
-    cluster.finish(sim.horizon_us)
-    cluster.warn_refusals()
-    table, instances, summary = measure(cluster, recorder, loop, end_us, sim.seed, probe)
-    cells = None
-    if getattr(cluster, "cells", None) is not None:  # a cell layer adds its columns to the DataFrames
-        from distsim.metrics.cells import measure_cells
-
-        table, instances = table.to_pandas(), instances.to_pandas()
-        cells = measure_cells(cluster, table, instances, summary)
-    if workload_summary is not None:
-        summary["workload"] = workload_summary
-    summary["fitness"] = compute_fitness(summary, scenario.fitness)
-    del summary["_derived"]
-    trace = timeline.trace(cluster, table, end_us, sim.seed) if timeline is not None else None
-    perf = perf_figures(wall0, cpu0, loop.events, len(table))
-    decisions = cluster.decision_table() if cluster.trace else None
-    replicas = None
-    if getattr(cluster, "autoscaler", None) is not None:
-        from distsim.metrics.autoscale import timeline_table
-
-        replicas = timeline_table(cluster.autoscaler)
-    return SimulationResult(summary, table, instances, perf, decisions, cells, replicas, trace)
+    assert isinstance(built, Cluster)  # resolve refuses runtime pools with cells (distsim.runtime.checks)
+    return attach_runtimes(built, scenario.runtimes, scenario.policy, scenario.signals, loop, recorder,
+                           seed=sim.seed, ttft_slo_ms=scenario.slo.ttft_ms)
 
 
-def _timeline(scenario: Scenario) -> tuple[Any, type]:
+def _timeline(scenario: Scenario) -> tuple[Timeline | None, type[Instance]]:
     """With sim.timeline: the timeline (distsim.metrics.timeline) and the engines it listens to
     (ObservedInstance); else none, and plain engines that pay nothing per step for it."""
     if scenario.sim.timeline is None:

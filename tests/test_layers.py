@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # errors, the plug-in registries' machinery, the small config validators, the request record, file input and
     # output: the ground every layer stands on
     ("base", ("distsim.errors", "distsim.registry", "distsim.validators", "distsim.request", "distsim.inputs",
-              "distsim.outputs", "distsim.run_dir", "distsim.progress", "distsim.report_table", "distsim.metrics.columns")),
+              "distsim.outputs", "distsim.run_dir", "distsim.report_table", "distsim.metrics.columns",
+              "distsim.protocols")),  # protocols: what the world, a replica and a signal source offer
     # the features' config schemas and the registries whose members' parameters become keys; the autoscale node's
     # settings, which every pool's resolution (distsim.cluster.pools) checks
     ("schema", ("distsim.workload.schema", "distsim.runtime.schema", "distsim.autoscale.schema",
@@ -44,7 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # section's settings, the runner's and the search's schemas
     ("config", ("distsim.config",)),
     ("resolve", ("distsim.resolve",)),  # the whole config into one frozen Scenario, composing the features' settings
-    ("simulate", ("distsim.simulate", "distsim.hydra_entry")),  # one run
+    ("simulate", ("distsim.simulate", "distsim.progress", "distsim.hydra_entry")),  # one run, its progress line
     ("runner", ("distsim.runner",)),  # sweeps of runs
     ("search", ("distsim.search",)),  # policy search over sweeps
     ("fidelity", ("distsim.fidelity", "distsim.validate")),  # real runs against simulated ones

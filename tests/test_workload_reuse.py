@@ -18,7 +18,7 @@ def brute_force(path) -> float:
     """Longest prefix of ids equal to a prefix of any earlier request, without assuming id chains."""
     seen: set = set()
     total = reused = 0
-    for line in open(path):
+    for line in path.read_text().splitlines():
         x = json.loads(line)
         ids = tuple(x["hash_ids"])
         k = max((k for k in range(len(ids) + 1) if ids[:k] in seen), default=0)

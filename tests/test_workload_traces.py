@@ -28,7 +28,7 @@ def trace(path, fmt, block_size=16, **kw):
 
 
 def mooncake_rows(path):
-    return [json.loads(line) for line in open(path)]
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.mark.parametrize("path", [CONV, SYNTH])

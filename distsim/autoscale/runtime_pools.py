@@ -24,7 +24,7 @@ def attach_runtime_autoscaling(front: Any, pools: Sequence[Any], seed: int) -> A
     autoscaler if it has one (else a new one, set as ``cluster.autoscaler``), which from now stops only once
     neither the LLM cluster nor the runtimes have anything left to do."""
     cluster = front.cluster
-    autoscaler = getattr(cluster, "autoscaler", None)
+    autoscaler = cluster.autoscaler  # the LLM pools' autoscaler, if any (a fleet has none)
     if autoscaler is None:
         autoscaler = Autoscaler(cluster, [], seed)
         cluster.record_listeners.append(autoscaler.request_recorded)

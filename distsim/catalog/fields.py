@@ -9,10 +9,12 @@ arithmetic and the per-layer loops small.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from distsim.errors import ConfigError
 from distsim.inputs import excerpt
+
+T = TypeVar("T")
 
 MAX_LAYERS = 10_000  # the deepest public models have under 200 layers
 MAX_SIZE = 1 << 24  # widths, head and expert counts, vocabularies: ~100x the largest public model's
@@ -83,7 +85,7 @@ class FieldReader:
             return default
         return self._check_int(self.label(name), value, minimum, maximum, why)
 
-    def _check_int(self, label: str, value: Any, minimum: int, maximum: int, why: str) -> int:
+    def _check_int(self, label: str, value: object, minimum: int, maximum: int, why: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(f"'{label}' must be an integer (got {excerpt(value)})")
         if value < minimum:
@@ -100,7 +102,7 @@ class FieldReader:
     def str(self, name: str, default: str) -> str:
         return self._typed(name, default, str, "a string")
 
-    def _typed(self, name: str, default: Any, kind: type, rule: str) -> Any:
+    def _typed(self, name: str, default: T, kind: type[T], rule: str) -> T:
         value = self.cfg.get(name)
         if value is None:
             return default

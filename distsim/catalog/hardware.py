@@ -71,7 +71,7 @@ def _value(entry: dict[str, Any], field: str, gpu: str) -> Any:
     return item["value"]
 
 
-def _positive(value: Any, field: str, gpu: str) -> float:
+def _positive(value: object, field: str, gpu: str) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))

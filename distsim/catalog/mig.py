@@ -97,7 +97,7 @@ def mig_profiles(gpu: str) -> dict[str, MigProfile]:
     return dict(_catalog().get(gpu, {}))
 
 
-def load_mig_profile(hardware: HardwareSpec, name: Any, key: str) -> MigProfile:
+def load_mig_profile(hardware: HardwareSpec, name: object, key: str) -> MigProfile:
     """Profile ``name`` (e.g. "3g.40gb", or "MIG 3g.40gb") of ``hardware``; a ConfigError naming ``key``
     when the GPU has no MIG or not that profile."""
     profiles = _catalog().get(hardware.name)

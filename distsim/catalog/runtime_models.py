@@ -76,7 +76,7 @@ def runtime_model_names() -> list[str]:
     return sorted(_catalog())
 
 
-def load_runtime_model(name: Any, key: str) -> RuntimeModelSpec:
+def load_runtime_model(name: object, key: str) -> RuntimeModelSpec:
     """The catalog model called ``name`` (case-insensitive); an unknown name is a ConfigError at ``key``."""
     spec = _catalog().get(str(name).lower()) if name is not None else None
     if spec is None:

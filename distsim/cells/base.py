@@ -10,9 +10,14 @@ reads a request's output length (INV-9).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from distsim.request import Request
+
+if TYPE_CHECKING:
+    from distsim.cells.directory import CellDirectory
 
 
 @dataclass
@@ -29,6 +34,6 @@ class FrontRouter:
     def __init__(self, ctx: FrontContext):
         self.ctx = ctx
 
-    def pick(self, req: Any, cells: Any) -> int:
+    def pick(self, req: Request, cells: CellDirectory) -> int:
         """The index of the cell that gets ``req``; ``cells`` is the directory."""
         raise NotImplementedError

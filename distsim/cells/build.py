@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from distsim.autoscale.controller import attach_autoscaler
 from distsim.cells.base import FrontContext
@@ -33,10 +33,14 @@ from distsim.events.rng import stream
 from distsim.instance.instance import Instance
 from distsim.workload.settings import SloDefaults
 
+if TYPE_CHECKING:
+    from distsim.cluster.pools import PoolSpec
+    from distsim.metrics.recorder import Recorder
+
 
 def build_world(
-    pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
-    loop: EventLoop, recorder: Any, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
+    pools: Sequence[PoolSpec], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
+    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
     frontend: FrontendSettings | None = None, cells: CellSettings | None = None,
     instance_cls: type[Instance] = Instance,
 ) -> Cluster | Fleet:
@@ -59,8 +63,8 @@ def build_world(
 
 
 def build_fleet(
-    pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
-    loop: EventLoop, recorder: Any, *, seed: int, fast_forward: bool, slo: SloDefaults,
+    pools: Sequence[PoolSpec], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
+    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool, slo: SloDefaults,
     frontend: FrontendSettings | None, cells: CellSettings, instance_cls: type[Instance] = Instance,
 ) -> Fleet:
     """The fleet of ``cells.count`` cells, each an equal share of every pool (checked to divide)."""

@@ -23,8 +23,9 @@ import math
 from array import array
 from collections.abc import Iterable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from distsim.cells.base import FrontRouter
 from distsim.cells.directory import CellDirectory
 from distsim.cells.network import Network
 from distsim.cells.settings import CellSettings
@@ -32,6 +33,11 @@ from distsim.cluster.cluster import Cluster, Intake, decision_table, warn_refusa
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.request import Request, Status
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from distsim.metrics.recorder import Recorder
 
 
 class _Boards:
@@ -49,8 +55,8 @@ class Fleet(Intake):
     """The front, the network and the cells. Assembled by :func:`distsim.cells.build.build_fleet`."""
 
     def __init__(
-        self, cells: list[Cluster], network: Network, directory: CellDirectory, front: Any, settings: CellSettings,
-        loop: EventLoop, recorder: Any,
+        self, cells: list[Cluster], network: Network, directory: CellDirectory, front: FrontRouter,
+        settings: CellSettings, loop: EventLoop, recorder: Recorder,
     ):
         self.cells, self.network, self.directory, self.front = cells, network, directory, front
         self.settings = settings
@@ -74,6 +80,7 @@ class Fleet(Intake):
         self.record_ids = array("q")  # request ids as recorded, and the cell that recorded each (-1: none)
         self.record_cells = array("q")
         self.listeners: list[Any] = []  # told of the front's picks and spill-overs (a timeline): front_routed, spilled
+        self.runtimes, self.autoscaler = (), None  # distsim.protocols.World: neither is modelled with cells
         self._wire: dict[int, tuple[Request, int, tuple[int, ...]]] = {}  # id -> (request, its cell, cells passed)
         self._source: Iterator[Request] | None = None
         self._exhausted = False
@@ -174,7 +181,7 @@ class Fleet(Intake):
     def warn_refusals(self) -> None:
         warn_refusals(self.instances, self.arrived)
 
-    def decision_table(self):
+    def decision_table(self) -> pd.DataFrame:
         return decision_table(list(heapq.merge(*(cell.decisions for cell in self.cells), key=lambda d: d[0])))
 
     @property

@@ -153,7 +153,7 @@ def assemble(
     board = SignalBoard(instances, signals, loop, stream(seed, "signals" + suffix))
     state = RouterState(len(instances))
     routes, admission = build_routes(instances, pool_of, board, state, policy, loop, seed, slo, suffix)
-    if any(getattr(policy, "reads_signals", False) for policy in (routes.router, routes.decode_router, admission)):
+    if any(policy is not None and policy.reads_signals for policy in (routes.router, routes.decode_router, admission)):
         board.enable_push()  # live or scraped: O(1) pushes per change beat O(instances) pulls per read
     hedger = None
     if policy.hedge.enabled:

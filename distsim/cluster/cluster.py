@@ -27,6 +27,7 @@ from distsim.errors import SimulationError, warn_config
 from distsim.events.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.instance.departure import Departure
 from distsim.instance.instance import Instance
+from distsim.policies.base import Router
 from distsim.request import Request, Status
 
 FINISHED, ABORTED = Departure.FINISHED, Departure.ABORTED
@@ -40,9 +41,9 @@ class Routes:
     (the entry) and one over the decode pool; and the router-side prefix index, if a router reads it."""
 
     entry_view: ClusterView
-    router: Any
+    router: Router
     decode_view: ClusterView | None = None
-    decode_router: Any = None
+    decode_router: Router | None = None
     prefix_index: PrefixIndex | None = None
 
 
@@ -146,6 +147,7 @@ class Cluster(Intake):
         self._connect(hedger)
         self.decisions: list[tuple] = []
         self.listeners: list[ClusterListener] = []  # told of hand-offs, KV transfers and hedges (a timeline)
+        self.cells, self.runtimes, self.autoscaler = None, (), None  # distsim.protocols.World; autoscaling sets one
         self.arrived = 0  # requests that entered this cluster
         self.recorded = 0  # of them, recorded with their final status
         self.first_arrival_us: int | None = None
@@ -224,14 +226,14 @@ class Cluster(Intake):
         else:
             self.instances[target].enqueue(req, now)
 
-    def _route(self, req: Request, now: int, router: Any, view: ClusterView, stage: str) -> int:
+    def _route(self, req: Request, now: int, router: Router, view: ClusterView, stage: str) -> int:
         """The chosen instance's number in this cluster (global number minus ``base``)."""
         local = router.route(req, view)
         chosen = int(view.members[local])
         if self.dp is not None:  # the pick names a DP group; vLLM's balancer picks its engine
             chosen = self.dp.pick(chosen)
         if self.trace:
-            scores = getattr(router, "last_scores", None)
+            scores = router.last_scores
             number = chosen + self.base
             if scores is None:
                 self.decisions.append((now, req.request_id, stage, number, None, None, None, None))
@@ -312,7 +314,7 @@ class Cluster(Intake):
         else:  # the router's choice; when it names a taken instance, its best-scored (else next) free one
             pos = self.router.route(req, view)
             if not free[pos]:
-                scores = getattr(self.router, "last_scores", None)
+                scores = self.router.last_scores
                 if scores is not None:
                     pos = candidates[np.argmax(np.asarray(scores)[candidates])]
                 else:

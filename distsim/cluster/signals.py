@@ -16,16 +16,20 @@ aggregates), so reads agree with stepping one by one at a cost bounded by the st
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from distsim.cluster.settings import SIGNALS, SignalSettings
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
+from distsim.protocols import RunSource, SignalSource
 
 
 class SignalBoard:
-    def __init__(self, instances: list, settings: SignalSettings, loop: EventLoop, rng: np.random.Generator):
+    def __init__(
+        self, instances: Sequence[SignalSource], settings: SignalSettings, loop: EventLoop,
+        rng: np.random.Generator,
+    ):
         n = len(instances)
         self.instances = instances
         self.loop = loop
@@ -87,7 +91,7 @@ class SignalBoard:
         raise KeyError(name)
 
     # ---------------------------------------------------------------- fast-forwarded runs
-    def run_started(self, inst, now: int) -> None:
+    def run_started(self, inst: RunSource, now: int) -> None:
         """A pushed instance planned a run of decode steps (it took the first step's blocks already)."""
         slot = inst.slot
         tag = self._run_tag[slot] = self._run_tag[slot] + 1
@@ -95,7 +99,7 @@ class SignalBoard:
         self.kv_run[slot] = blocks
         heapq.heappush(self._run_heap, (holds_until, slot, tag))
 
-    def run_ended(self, inst) -> None:
+    def run_ended(self, inst: RunSource) -> None:
         """The run was applied: its blocks are in the instance's own count (pushed with the event)."""
         slot = inst.slot
         self._run_tag[slot] += 1

@@ -9,15 +9,18 @@ the pool above it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
 
+if TYPE_CHECKING:
+    from distsim.autoscale.controller import Autoscaler
 
-def autoscale_summary(autoscaler: Any, instances: Table, start_us: int, end_us: int) -> dict[str, Any]:
+
+def autoscale_summary(autoscaler: Autoscaler, instances: Table, start_us: int, end_us: int) -> dict[str, Any]:
     span_s = max(end_us - start_us, 1) / 1e6
     gpus = instances["gpus"].astype(np.float64)
     price = instances["price_usd_per_gpu_hour"]
@@ -43,7 +46,7 @@ def autoscale_summary(autoscaler: Any, instances: Table, start_us: int, end_us: 
     return {"pools": pools}
 
 
-def timeline_table(autoscaler: Any) -> Table:
+def timeline_table(autoscaler: Autoscaler) -> Table:
     """instances_timeline.parquet: one row per change of an autoscaled pool, in time order."""
     rows = sorted(
         (t, i, sp.spec.name, s, p, d, want)

@@ -6,8 +6,14 @@ columns (and their golden digests); an instance that does not batch has zeros.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-def batching_columns(instances: list) -> dict[str, list]:
+if TYPE_CHECKING:
+    from distsim.instance.instance import Instance
+
+
+def batching_columns(instances: Sequence[Instance]) -> dict[str, list]:
     """Batches closed, of them by the window's end, requests held, and their mean hold in milliseconds."""
     batchers = [inst.batcher for inst in instances]
     return {

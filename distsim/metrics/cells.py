@@ -4,19 +4,20 @@ A run without cells gets none of them, so its outputs are those of a cluster wit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from distsim.metrics.summary import distribution, rnd
 
+if TYPE_CHECKING:
+    from distsim.cells.fleet import Fleet
 
-def measure_cells(fleet: Any, requests: pd.DataFrame, instances: pd.DataFrame, summary: dict[str, Any]) -> pd.DataFrame | None:
+
+def measure_cells(fleet: Fleet, requests: pd.DataFrame, instances: pd.DataFrame, summary: dict[str, Any]) -> pd.DataFrame:
     """Add the cell columns to ``requests`` and ``instances`` and the ``cells`` section to ``summary``
-    (in place), and return the per-cell table; None (nothing changed) for a run without cells."""
-    if getattr(fleet, "cells", None) is None:
-        return None
+    (in place), and return the per-cell table (a run without cells gets none of them)."""
     ids = np.frombuffer(fleet.record_ids, dtype=np.int64)
     cells = np.frombuffer(fleet.record_cells, dtype=np.int64)[np.argsort(ids, kind="stable")]
     requests.insert(requests.columns.get_loc("prefill_instance") + 1, "cell", cells)  # the table is in id order
@@ -36,13 +37,13 @@ def measure_cells(fleet: Any, requests: pd.DataFrame, instances: pd.DataFrame, s
     return table
 
 
-def json_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+def json_records(table: pd.DataFrame) -> list[dict[str, object]]:
     """The table's rows as plain Python values, a missing figure (an idle cell's percentiles) as None:
     pandas holds None as NaN in a float column, which JSON cannot write."""
     return table.astype(object).where(table.notna(), None).to_dict(orient="records")
 
 
-def cell_table(fleet: Any, requests: pd.DataFrame, instances: pd.DataFrame, span_s: float) -> pd.DataFrame:
+def cell_table(fleet: Fleet, requests: pd.DataFrame, instances: pd.DataFrame, span_s: float) -> pd.DataFrame:
     """cells.parquet: per cell its size, the front's round trip to it, what the front routed to it, the
     spill-over in and out, and its completed requests' latencies and GPU utilisation."""
     done = requests[requests["status"] == "completed"]

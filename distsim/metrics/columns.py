@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
     import pandas as pd
+    import pyarrow as pa
 
 KINDS = ("int64", "float64", "bool", "string", "str", "category")
 
@@ -41,7 +43,7 @@ class Table:
         self._kinds: dict[str, str] = {}
         self._categories: dict[str, tuple[str, ...]] = {}
 
-    def add(self, name: str, values: Any, kind: str, categories: Sequence[str] = ()) -> Table:
+    def add(self, name: str, values: npt.ArrayLike, kind: str, categories: Sequence[str] = ()) -> Table:
         """Append column ``name`` (a sequence or an array; stored as a numpy array of the kind's type)."""
         if kind not in KINDS:
             raise ValueError(f"unknown column kind {kind!r}")
@@ -133,7 +135,7 @@ def _dist_info_version(name: str) -> str | None:
     return found[0].name[len(name) + 1 : -len(".dist-info")] if len(found) == 1 else None
 
 
-def _arrow_column(table: Table, name: str) -> tuple[Any, dict[str, Any]]:
+def _arrow_column(table: Table, name: str) -> tuple[pa.Array, dict[str, Any]]:
     """The Arrow array of one column and its entry in the ``pandas`` metadata, as pyarrow's
     ``Table.from_pandas`` makes them for pandas 3's dtypes."""
     values, kind = table[name], table.kind(name)
@@ -158,20 +160,20 @@ def _arrow_column(table: Table, name: str) -> tuple[Any, dict[str, Any]]:
 # is a pandas object.
 
 
-def _bits(flags: np.ndarray) -> Any:
+def _bits(flags: np.ndarray) -> pa.Buffer:
     """Arrow's bit-packed booleans (least significant bit first)."""
     import pyarrow as pa
 
     return pa.py_buffer(np.packbits(flags, bitorder="little"))
 
 
-def _validity(valid: np.ndarray) -> tuple[Any, int]:
+def _validity(valid: np.ndarray) -> tuple[pa.Buffer | None, int]:
     """The validity bitmap (None when nothing is null, as pyarrow leaves it) and the null count."""
     nulls = int(valid.size - np.count_nonzero(valid))
     return (_bits(valid) if nulls else None), nulls
 
 
-def _numeric(values: np.ndarray) -> Any:
+def _numeric(values: np.ndarray) -> pa.Array:
     """An int, float (NaN as null, as pandas' conversion makes it) or bool column."""
     import pyarrow as pa
 
@@ -181,7 +183,7 @@ def _numeric(values: np.ndarray) -> Any:
     return pa.Array.from_buffers(arrow_type, len(values), [validity, data], null_count=nulls)
 
 
-def _large_strings(values: np.ndarray) -> Any:
+def _large_strings(values: np.ndarray) -> pa.Array:
     """A large_string column from Python strings (None as null)."""
     import pyarrow as pa
 
@@ -194,7 +196,7 @@ def _large_strings(values: np.ndarray) -> Any:
     return pa.Array.from_buffers(pa.large_string(), len(values), buffers, null_count=nulls)
 
 
-def to_arrow(table: Table, pandas_version: str) -> Any:
+def to_arrow(table: Table, pandas_version: str) -> pa.Table:
     """The pyarrow Table pandas would hand to ``pyarrow.parquet.write_table`` for ``table.to_pandas()``
     (index not kept)."""
     import pyarrow as pa

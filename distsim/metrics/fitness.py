@@ -15,19 +15,22 @@ and no single SLO captures it. Unknown metric names list the known ones.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distsim.errors import ConfigError
 from distsim.metrics.summary import rnd
 from distsim.registry import Registry
 
+if TYPE_CHECKING:
+    from distsim.metrics.settings import FitnessSettings
+
 # forms live in this module; naming it keeps discovery uniform across families
-FITNESS: Registry[Callable[[dict[str, Any], Any], float]] = Registry("fitness form", "fitness.kind", __name__)
+FITNESS: Registry[Callable[[dict[str, Any], FitnessSettings], float]] = Registry("fitness form", "fitness.kind", __name__)
 PER = ("gpu", "dollar", "none")
 
 
 @FITNESS.register("goodput")
-def goodput_fitness(summary: dict[str, Any], cfg: Any) -> float:
+def goodput_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
     rps = summary["goodput"]["requests_per_s"] or 0.0
     derived = summary["_derived"]
     per = cfg.per
@@ -58,7 +61,7 @@ WEIGHTED_METRICS: dict[str, tuple[Callable[[dict], float | None], str, float]] =
 DEFAULT_WEIGHTS = {"slo_attainment": 1.0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0, "throughput_per_gpu": 1.0}
 
 
-def check_fitness(cfg: Any) -> None:
+def check_fitness(cfg: FitnessSettings) -> None:
     """Raise a ConfigError for settings no fitness form accepts (run before simulating)."""
     if cfg.kind == "goodput" and cfg.per not in PER:
         raise ConfigError("fitness.per", f"must be {', '.join(PER[:-1])} or {PER[-1]} (got {cfg.per!r})")
@@ -77,7 +80,7 @@ def check_fitness(cfg: Any) -> None:
 
 
 @FITNESS.register("weighted")
-def weighted_fitness(summary: dict[str, Any], cfg: Any) -> float:
+def weighted_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
     weights = dict(cfg.weights or DEFAULT_WEIGHTS)
     refs = dict(cfg.refs or {})
     total = 0.0
@@ -97,5 +100,5 @@ def weighted_fitness(summary: dict[str, Any], cfg: Any) -> float:
     return total / sum(weights.values())
 
 
-def compute_fitness(summary: dict[str, Any], cfg: Any) -> float | None:
+def compute_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float | None:
     return rnd(FITNESS.get(cfg.kind)(summary, cfg), 6)

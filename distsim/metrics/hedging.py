@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,8 +12,12 @@ from distsim.cluster.hedging import hedging_columns
 from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
 
+if TYPE_CHECKING:
+    from distsim.instance.instance import Instance
+    from distsim.metrics.tables import RunWorld
 
-def gpu_seconds_per_token(instances: list[Any], fractions: list[float] | None = None) -> dict[int, tuple[float, float]]:
+
+def gpu_seconds_per_token(instances: Sequence[Instance], fractions: list[float] | None = None) -> dict[int, tuple[float, float]]:
     """Each instance's GPU-seconds per prefill token and per decode token: every step's time split among
     its tokens equally (so a 2,048-token chunk beside 8 decoders takes most of its step), summed over the
     run by phase, over the tokens of that phase. The price of a cancelled copy's work. ``fractions``: each
@@ -30,7 +35,7 @@ def gpu_seconds_per_token(instances: list[Any], fractions: list[float] | None = 
     return rates
 
 
-def add_hedging(table: Table, instances: Table, cluster: Any) -> dict[str, Any]:
+def add_hedging(table: Table, instances: Table, cluster: RunWorld) -> dict[str, Any]:
     """Add the hedging columns to the request table; return the summary section (over the measured rows
     when a measurement window marks them)."""
     fractions = list(instances["gpu_fraction"]) if "gpu_fraction" in instances else None  # MIG slices

@@ -7,15 +7,18 @@ GPU, and per sliced pool its profile, slices and GPUs (its billed shares summed)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
 
+if TYPE_CHECKING:
+    from distsim.metrics.tables import RunWorld
 
-def mig_summary(cluster: Any, instances: Table) -> dict[str, Any]:
+
+def mig_summary(cluster: RunWorld, instances: Table) -> dict[str, Any]:
     """The fleet's packing (GPUs, instances and KV tokens per GPU) and each sliced pool's."""
     sliced = instances["mig_profile"] != ""
     whole_gpus = int(instances["gpus"][~sliced].sum())

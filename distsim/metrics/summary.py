@@ -9,7 +9,7 @@ byte-identical between runs of the same config and seed.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, SupportsFloat
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from distsim.metrics.columns import Table
 QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
 
 
-def rnd(x: Any, digits: int = 4) -> float | None:
+def rnd(x: SupportsFloat | None, digits: int = 4) -> float | None:
     """Round for output; NaN and infinities become null."""
     if x is None:
         return None

@@ -2,34 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from distsim.cluster.mig import slice_columns
+from distsim.events.loop import EventLoop
 from distsim.metrics.columns import Table
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.summary import rnd, summarize
 
+if TYPE_CHECKING:
+    from distsim.autoscale.controller import Autoscaler
+    from distsim.cluster.pools import PoolSpec
+    from distsim.instance.instance import Instance
+    from distsim.metrics.window import WindowProbe
+    from distsim.protocols import World
+    from distsim.runtime.replica import RuntimeReplica
+
+    # the world a run builds and measures: a cluster, a fleet of cells, or the typed front over a cluster
+    RunWorld = World[Instance, PoolSpec, RuntimeReplica, Autoscaler]
+
 
 def measure(
-    cluster: Any, recorder: Recorder, loop: Any, end_us: int, seed: int, window: Any = None
+    cluster: RunWorld, recorder: Recorder, loop: EventLoop, end_us: int, seed: int,
+    window: WindowProbe | None = None,
 ) -> tuple[Table, Table, dict]:
     """The request table, the instance table and the summary (fitness not yet added). ``window``: a
     measurement window's distsim.metrics.window.WindowProbe, which makes the summary its own way."""
     table = recorder.columns()
     instances = instance_table(cluster)
-    runtimes = getattr(cluster, "runtimes", None)  # batching runtimes beside the LLM cluster (distsim.runtime)
+    runtimes = cluster.runtimes  # batching runtimes beside the LLM cluster (distsim.runtime)
     if runtimes:
         from distsim.metrics.types import runtime_rows
 
-        instances = runtime_rows(instances, cluster)
+        instances = runtime_rows(instances, runtimes)
     if window is not None:
         summary = window.summary(table, instances, cluster, seed=seed, events=loop.events, end_us=end_us)
     else:
         itl_values, itl_weights = itl_samples(cluster)
         start_us = cluster.first_arrival_us or 0
-        autoscaler = getattr(cluster, "autoscaler", None)  # cost follows the replicas that ran
+        autoscaler = cluster.autoscaler  # cost follows the replicas that ran
         billed_s = autoscaler.billed_s(start_us, end_us) if autoscaler is not None else None
         summary = summarize(
             table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us,
@@ -51,15 +65,15 @@ def measure(
         summary["mig"] = mig_summary(cluster, instances)
     summary["signals"] = {"scrapes": cluster.board.scrapes}
     if "type" in table:  # request types in play (workload.mix): per-type figures
-        summary["types"] = types_section(table, runtimes or [], summary["_derived"]["span_s"], window)
-    if getattr(cluster, "hedgers", None):  # hedging on: its request columns and summary section
+        summary["types"] = types_section(table, runtimes, summary["_derived"]["span_s"], window)
+    if cluster.hedgers:  # hedging on: its request columns and summary section
         from distsim.metrics.hedging import add_hedging
 
         summary["hedging"] = add_hedging(table, instances, cluster)
     return table, instances, summary
 
 
-def types_section(table: Table, runtimes: list, span_s: float, window: Any) -> dict:
+def types_section(table: Table, runtimes: Sequence[RuntimeReplica], span_s: float, window: WindowProbe | None) -> dict:
     """summary.json's ``types``; with a measurement window, its measured requests and the batches ending in
     its span (distsim.metrics.window)."""
     if window is not None:
@@ -69,7 +83,7 @@ def types_section(table: Table, runtimes: list, span_s: float, window: Any) -> d
     return types_summary(table, runtimes, span_s)
 
 
-def instance_table(cluster: Any) -> Table:
+def instance_table(cluster: RunWorld) -> Table:
     """instances.parquet: one row per instance (engine)."""
     rows = []
     for inst in cluster.instances:
@@ -124,7 +138,7 @@ _INSTANCE_KINDS = {"pool": "str", "role": "str", "hardware": "str", "price_usd_p
                    "peak_kv_utilization": "float64", "mig_profile": "str", "gpu_fraction": "float64"}
 
 
-def cpu_tier_columns(instances: list) -> dict[str, list]:
+def cpu_tier_columns(instances: Sequence[Instance]) -> dict[str, list]:
     """instances.parquet's CPU KV tier columns (zeros for an instance without one)."""
     tiers = [(inst.cpu, inst.bs) for inst in instances]
     return {
@@ -142,7 +156,7 @@ def cpu_tier_columns(instances: list) -> dict[str, list]:
 ITL_CHUNK = 1 << 22  # inter-token gaps gathered before they are tallied
 
 
-def itl_samples(cluster: Any) -> tuple[np.ndarray, np.ndarray]:
+def itl_samples(cluster: RunWorld) -> tuple[np.ndarray, np.ndarray]:
     """All inter-token gaps as (values in microseconds, weights): each distinct gap once, sorted, with the
     summed weight of its samples, which gives the weighted distribution of the samples themselves. They are
     tallied a few million at a time, so memory stays small however many there are (a run of 131,072

@@ -39,11 +39,21 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from distsim.metrics.settings import TimelineWindow
+from distsim.request import Request
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from distsim.instance.instance import Instance
+    from distsim.instance.plan import StepPlan
+    from distsim.metrics.columns import Table
+    from distsim.metrics.tables import RunWorld
+    from distsim.runtime.replica import RuntimeReplica
 
 STEPS_TID = 1  # an instance's steps
 MARKS_TID = 2  # an instance's flow markers (KV transfers, hedges)
@@ -64,11 +74,11 @@ class Timeline:
         self.hedges: list[tuple[int, int, int, int, int]] = []  # (time, request id, copy id, from, to)
         self.front: list[tuple[int, int, int, int]] = []  # (time, request id, from cell (-1: the front), to cell)
 
-    def attach(self, world: Any) -> None:
+    def attach(self, world: RunWorld) -> None:
         """Listen to ``world`` (a cluster or a fleet of cells, built with ObservedInstance engines)."""
         for inst in world.instances:
             inst.step_listeners.append(self.step)
-        cells = getattr(world, "cells", None)
+        cells = world.cells
         for cluster in cells if cells is not None else [world]:
             cluster.listeners.append(self)
         if cells is not None:
@@ -81,7 +91,7 @@ class Timeline:
         return self.start_us <= t < self.stop_us
 
     # ------------------------------------------------------------------ listening
-    def step(self, inst: Any, plan: Any, now: int) -> None:
+    def step(self, inst: Instance, plan: StepPlan, now: int) -> None:
         """A step, or a fast-forwarded run of ``plan.steps`` decode steps, ends at ``now``."""
         begin = plan.begin_us
         if not self._overlaps(begin, now):
@@ -96,30 +106,30 @@ class Timeline:
             row = (begin, now, k, plan.decoders, 0, 0, first, ends[k - 1] - ends[k - 2] if k > 1 else first)
         self.steps[inst.index].append(row)
 
-    def handed_off(self, req: Any, now: int) -> None:
+    def handed_off(self, req: Request, now: int) -> None:
         self.handoffs[req.request_id] = now
 
-    def kv_transfer(self, req: Any, start_us: int, duration_us: int, nbytes: float) -> None:
+    def kv_transfer(self, req: Request, start_us: int, duration_us: int, nbytes: float) -> None:
         self.transfers.append((req.request_id, req.prefill_instance, req.instance, start_us, duration_us, nbytes))
 
-    def hedged(self, now: int, req: Any, copy: Any, source: int, target: int) -> None:
+    def hedged(self, now: int, req: Request, copy: Request, source: int, target: int) -> None:
         if self._inside(now):
             self.hedges.append((now, req.request_id, copy.request_id, source, target))
 
-    def front_routed(self, now: int, req: Any, cell: int) -> None:
+    def front_routed(self, now: int, req: Request, cell: int) -> None:
         if self._inside(now):
             self.front.append((now, req.request_id, -1, cell))
 
-    def spilled(self, now: int, req: Any, cell: int, target: int) -> None:
+    def spilled(self, now: int, req: Request, cell: int, target: int) -> None:
         if self._inside(now):
             self.front.append((now, req.request_id, cell, target))
 
     # ------------------------------------------------------------------ the trace
-    def trace(self, world: Any, requests: Any, end_us: int, seed: int) -> dict[str, Any]:
+    def trace(self, world: RunWorld, requests: Table | pd.DataFrame, end_us: int, seed: int) -> dict[str, Any]:
         """The Chrome trace of the run: ``world`` as run, ``requests`` its request table (a column Table
         or a DataFrame, requests.parquet's columns), ``end_us`` the end of the run."""
         out = _Events()
-        runtimes = list(getattr(world, "runtimes", ()) or ())
+        runtimes = world.runtimes
         cluster_pid = 1 + len(world.instances) + len(runtimes)
         self._instances(out, world)
         for replica in runtimes:
@@ -128,7 +138,7 @@ class Timeline:
         self._flows(out)
         self._front(out, cluster_pid)
         if cluster_pid in out.used():
-            name = "front and cells" if getattr(world, "cells", None) is not None else "cluster"
+            name = "front and cells" if world.cells is not None else "cluster"
             out.process(cluster_pid, name, {FRONT_TID: "front router", SPILL_TID: "spill-over"})
         return {
             "displayTimeUnit": "ms",
@@ -143,9 +153,9 @@ class Timeline:
             "traceEvents": out.events(),
         }
 
-    def _instances(self, out: _Events, world: Any) -> None:
+    def _instances(self, out: _Events, world: RunWorld) -> None:
         cell_of = {}
-        for c, cluster in enumerate(getattr(world, "cells", None) or ()):
+        for c, cluster in enumerate(world.cells or ()):
             cell_of.update((inst.index, c) for inst in cluster.instances)
         for inst, pool in zip(world.instances, world.pool_of):
             pid = inst.index + 1
@@ -163,7 +173,7 @@ class Timeline:
                 out.add({"name": phase, "cat": "step", "ph": "X", "ts": begin, "dur": end - begin, "pid": pid,
                          "tid": STEPS_TID, "args": args})
 
-    def _runtime(self, out: _Events, replica: Any, end_us: int) -> None:
+    def _runtime(self, out: _Events, replica: RuntimeReplica, end_us: int) -> None:
         """A batching-runtime replica: its batches that ended by the end of the run, a thread per slot."""
         pid = replica.index + 1
         lanes: list[int] = []  # each slot's last batch end
@@ -183,7 +193,9 @@ class Timeline:
         out.process(pid, f"runtime replica {replica.index} ({replica.pool.name}, serves {replica.serves}, "
                          f"{replica.pool.hardware.name})", threads, always=STEPS_TID)
 
-    def _requests(self, out: _Events, world: Any, requests: Any, end_us: int, cluster_pid: int) -> None:
+    def _requests(
+        self, out: _Events, world: RunWorld, requests: Table | pd.DataFrame, end_us: int, cluster_pid: int
+    ) -> None:
         cols = _RequestColumns(requests)
         winner = _hedge_winners(world)
         kv = {t[0]: t for t in self.transfers}
@@ -316,7 +328,7 @@ class _Events:
 class _RequestColumns:
     """requests.parquet's columns as Python lists, times back in integer microseconds (-1: never)."""
 
-    def __init__(self, table: Any):
+    def __init__(self, table: Table | pd.DataFrame):
         def us(name: str) -> list[int]:
             ms = np.asarray(table[name], dtype=np.float64)
             return np.where(np.isnan(ms), -1, np.rint(ms * 1000.0)).astype(np.int64).tolist()
@@ -344,10 +356,10 @@ class _RequestColumns:
         return len(self.ids)
 
 
-def _hedge_winners(world: Any) -> dict[int, int]:
+def _hedge_winners(world: RunWorld) -> dict[int, int]:
     """Hedged requests: the id of the copy whose times the request carries (its own, or a copy's)."""
     out = {}
-    for hedger in getattr(world, "hedgers", None) or ():
+    for hedger in world.hedgers:
         for rid, group in hedger.groups.items():
             if group.winner >= 0:
                 out[rid] = group.copies[group.winner].request_id

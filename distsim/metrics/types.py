@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,12 +20,17 @@ from distsim.metrics.recorder import Recorder
 from distsim.metrics.summary import distribution, is_status, rnd
 from distsim.request import Request
 
+if TYPE_CHECKING:
+    from distsim.cluster.mig import MigSlices
+    from distsim.runtime.batcher import Batch
+    from distsim.runtime.replica import RuntimeReplica
+
 
 class TypedRecorder(Recorder):
     __slots__ = ("typed",)
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, default_ttft_slo_ms: float, default_tpot_slo_ms: float, output_lag_us: int = 0):
+        super().__init__(default_ttft_slo_ms, default_tpot_slo_ms, output_lag_us)
         self.typed: dict[int, tuple[str, int, float, float | None]] = {}  # non-LLM requests by id
 
     def done(self, req: Request) -> None:
@@ -54,7 +60,7 @@ class TypedRecorder(Recorder):
         return t.add("latency_slo_ms", slo, "float64")
 
 
-def _batches(runtimes: list, name: str, ended_in: tuple[int, int] | None) -> list:
+def _batches(runtimes: Sequence[RuntimeReplica], name: str, ended_in: tuple[int, int] | None) -> list[Batch]:
     batches = [b for r in runtimes if r.serves == name for b in r.batches]
     if ended_in is None:
         return batches
@@ -62,7 +68,7 @@ def _batches(runtimes: list, name: str, ended_in: tuple[int, int] | None) -> lis
     return [b for b in batches if low < b.end_us <= high]
 
 
-def types_summary(requests: Table, runtimes: list, span_s: float, ended_in: tuple[int, int] | None = None) -> dict[str, Any]:
+def types_summary(requests: Table, runtimes: Sequence[RuntimeReplica], span_s: float, ended_in: tuple[int, int] | None = None) -> dict[str, Any]:
     """summary.json's ``types``, one entry per type in name order. ``ended_in`` (a measurement window's
     (start, end] in microseconds): only the batches ending inside it; None: every batch started."""
     kinds = requests["type"]
@@ -96,7 +102,7 @@ def types_summary(requests: Table, runtimes: list, span_s: float, ended_in: tupl
     return out
 
 
-def _slices(runtimes: list) -> list[tuple[Any, int] | None]:
+def _slices(runtimes: Sequence[RuntimeReplica]) -> list[tuple[MigSlices, int] | None]:
     """Each replica's (pool's MIG slices, its slice number), None on a whole GPU."""
     seen: dict[str, int] = {}
     out = []
@@ -113,11 +119,10 @@ def _with_mig_columns(table: Table) -> Table:
     return table.add("gpu_fraction", [1.0] * n, "float64")
 
 
-def runtime_rows(table: Table, cluster: Any) -> Table:
+def runtime_rows(table: Table, runtimes: Sequence[RuntimeReplica]) -> Table:
     """instances.parquet with a row per runtime replica after the LLM instances' (their LLM counters 0) and the
     batch columns (0 on LLM rows): batches, batched items, the largest batch, and requests dropped as too big.
     A replica on a MIG slice is billed its share of the GPU, as a vLLM instance on one is."""
-    runtimes = cluster.runtimes
     n_llm = len(table)
     slices = _slices(runtimes)
     if any(slices) and "gpu_fraction" not in table:

@@ -33,16 +33,23 @@ The rules, one per kind of figure:
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from distsim.errors import warn_config
+from distsim.events.loop import EventLoop
 from distsim.metrics.columns import Table
 from distsim.metrics.settings import MeasureWindow
 from distsim.metrics.summary import cpu_kv_counts, is_status, rnd, summarize
 from distsim.metrics.tables import Tally
+
+if TYPE_CHECKING:
+    from distsim.instance.instance import Instance
+    from distsim.metrics.tables import RunWorld
+    from distsim.runtime.replica import RuntimeReplica
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ class Counters:
     singles: int
 
 
-def counters_at(inst: Any, now: int) -> Counters:
+def counters_at(inst: Instance, now: int) -> Counters:
     stats, plan = inst.stats, inst.plan
     busy = stats.busy_us
     ends = plan.ends_us
@@ -66,11 +73,11 @@ def counters_at(inst: Any, now: int) -> Counters:
     return Counters(busy, len(stats.itl_step_durations), len(stats.itl_single))
 
 
-def snapshot(cluster: Any, now: int) -> dict[int, Counters]:
+def snapshot(cluster: RunWorld, now: int) -> dict[int, Counters]:
     """Every instance's counters at ``now``, and every runtime replica's (its busy time credited at batch
     ends; it has no token gaps)."""
     out = {inst.index: counters_at(inst, now) for inst in cluster.instances}
-    for replica in getattr(cluster, "runtimes", ()):
+    for replica in cluster.runtimes:
         out[replica.index] = Counters(replica.busy_ended_us(), 0, 0)
     return out
 
@@ -84,7 +91,7 @@ class WindowProbe:
     edges: list[dict[int, Counters]] = field(default_factory=list)  # at the start, and the end if closed
     stop_us: int = 0  # the measured span's end (set by ``summary``)
 
-    def run(self, loop: Any, cluster: Any, horizon_us: int | None) -> int:
+    def run(self, loop: EventLoop, cluster: RunWorld, horizon_us: int | None) -> int:
         """Run ``loop`` to its end (the horizon), pausing at the window's edges; the final time."""
         for edge in (self.window.start_us, self.window.end_us):
             if edge is None:
@@ -109,7 +116,9 @@ class WindowProbe:
         stop = end_us if self.window.end_us is None else min(self.window.end_us, end_us)
         return start, max(stop, start)
 
-    def summary(self, table: Table, instances: Table, cluster: Any, *, seed: int, events: int, end_us: int) -> dict:
+    def summary(
+        self, table: Table, instances: Table, cluster: RunWorld, *, seed: int, events: int, end_us: int
+    ) -> dict:
         """summary.json over the window (fitness not yet added); adds the ``measured`` column to ``table``."""
         before, measured, after = self.measured(table)
         start_us, stop_us = self.span_us(cluster.first_arrival_us, end_us)
@@ -117,7 +126,7 @@ class WindowProbe:
         rows = take_rows(table, measured)
         fleet = self.fleet_table(instances, cluster, rows)
         itl_values, itl_weights = self.itl_samples(cluster)
-        autoscaler = getattr(cluster, "autoscaler", None)  # cost follows the replicas billed within the span
+        autoscaler = cluster.autoscaler  # cost follows the replicas billed within the span
         billed_s = autoscaler.billed_s(start_us, stop_us) if autoscaler is not None else None
         summary = summarize(
             rows, fleet, itl_values, itl_weights, seed=seed, events=events, start_us=start_us, end_us=stop_us, billed_s=billed_s
@@ -144,16 +153,16 @@ class WindowProbe:
         table.add("measured", measured, "bool")
         return summary
 
-    def _end_counters(self, cluster: Any) -> dict[int, Counters]:
+    def _end_counters(self, cluster: RunWorld) -> dict[int, Counters]:
         """The counters at the window's end: its snapshot, or the run's final ones for an open window."""
         if self.window.end_us is not None:
             return self.edges[1]
         out = {inst.index: Counters(inst.stats.busy_us, len(inst.stats.itl_step_durations), len(inst.stats.itl_single))
                for inst in cluster.instances}
-        out.update((r.index, Counters(r.stats.busy_us, 0, 0)) for r in getattr(cluster, "runtimes", ()))
+        out.update((r.index, Counters(r.stats.busy_us, 0, 0)) for r in cluster.runtimes)
         return out
 
-    def types(self, table: Table, runtimes: list, span_s: float) -> dict:
+    def types(self, table: Table, runtimes: Sequence[RuntimeReplica], span_s: float) -> dict:
         """summary.json's ``types`` over the window: the measured rows (``summary`` added the column), and
         the runtimes' batches that ended inside the span (as the fleet figures count steps)."""
         from distsim.metrics.types import types_summary
@@ -161,7 +170,7 @@ class WindowProbe:
         rows = take_rows(table, table["measured"])
         return types_summary(rows, runtimes, span_s, ended_in=(self.window.start_us, self.stop_us))
 
-    def fleet_table(self, instances: Table, cluster: Any, rows: Table) -> Table:
+    def fleet_table(self, instances: Table, cluster: RunWorld, rows: Table) -> Table:
         """instances' columns for the summary, with busy time and too-long refusals inside the window."""
         begin, end = self.edges[0], self._end_counters(cluster)
         zero = Counters(0, 0, 0)
@@ -179,7 +188,7 @@ class WindowProbe:
             out.add(name, values, instances.kind(name), instances.categories(name) if instances.kind(name) == "category" else ())
         return out
 
-    def itl_samples(self, cluster: Any) -> tuple[np.ndarray, np.ndarray]:
+    def itl_samples(self, cluster: RunWorld) -> tuple[np.ndarray, np.ndarray]:
         """The token gaps of the steps ending in the window, tallied as distsim.metrics.tables.itl_samples does."""
         begin, end = self.edges[0], self._end_counters(cluster)
         low = self.window.start_us

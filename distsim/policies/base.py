@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from distsim.policies.registry import ADMISSIONS, ROUTERS  # noqa: F401  (re-exported: policies register here)
 from distsim.request import Request
+
+if TYPE_CHECKING:
+    from distsim.cluster.view import ClusterView
 
 
 @dataclass
@@ -23,7 +26,7 @@ class PolicyContext:
     num_instances: int
     rng: np.random.Generator  # the policy's own stream ("router", "router/decode", "admission")
     seed: int
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. default_ttft_slo_ms
+    extra: dict[str, float] = field(default_factory=dict)  # e.g. default_ttft_slo_ms
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Policy:
     """What routers and admission policies share: parameters, a context, and the membership hook."""
 
     Params: ClassVar[type[PolicyParams]] = PolicyParams
+    reads_signals: bool = False  # reads instance-reported signals (the board then has instances push them live)
 
     def __init__(self, params: PolicyParams, ctx: PolicyContext):
         self.params = params
@@ -76,18 +80,19 @@ class Router(Policy):
     """Chooses the instance for an admitted request."""
 
     uses_prefix_index: ClassVar[bool] = False  # the cluster keeps a prefix index for it
+    last_scores: np.ndarray | None = None  # a scoring router's scores of its last decision, by view position
 
     @classmethod
     def reads_prefix_index(cls, params: PolicyParams) -> bool:
         """Whether the router with these parameters scores the router-side prefix index."""
         return cls.uses_prefix_index
 
-    def route(self, req: Request, view: Any) -> int:
+    def route(self, req: Request, view: ClusterView) -> int:
         raise NotImplementedError
 
 
 class Admission(Policy):
     """Admits or rejects a request as it enters the cluster."""
 
-    def admit(self, req: Request, now: int, view: Any) -> bool:
+    def admit(self, req: Request, now: int, view: ClusterView) -> bool:
         raise NotImplementedError

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override as HydraOverride
 from hydra.core.override_parser.types import QuotedString, Transformer
 
 from distsim.errors import UserError
+
+# an override's Python value: a YAML scalar, a list (as a tuple) or a mapping of them
+Plain = int | float | bool | str | None | tuple["Plain", ...] | dict["Plain", "Plain"]
 
 
 @dataclass(frozen=True)
@@ -28,12 +30,12 @@ class Override:
 
     prefix: str  # "", "+", "++" or "~", as written
     key: str  # dotted key or config group ("cluster.instances", "policy"), @package included
-    value: Any = field(compare=False)  # int, float, bool, str, None, tuple or dict
+    value: Plain = field(compare=False)
     shown: str  # the value as Hydra prints it: "0.001", "'a b'", "[1,2]", "null", "True"
     text: str  # the whole override as shown and hashed: "+tag='a b'"
 
     @classmethod
-    def of(cls, key: str, value: Any, shown: str, prefix: str = "") -> Override:
+    def of(cls, key: str, value: Plain, shown: str, prefix: str = "") -> Override:
         """An override whose text is the one Hydra prints for it."""
         return cls(prefix, key, value, shown, f"{prefix}{key}={shown}")
 
@@ -43,7 +45,7 @@ class Override:
         return self.prefix + self.key
 
     @property
-    def column_value(self) -> Any:
+    def column_value(self) -> int | float | str:
         """The value of its ``param.<key>`` column: a number stays a number (the report plots those);
         anything else is its text, so that a column holds one type whatever the jobs' values are."""
         if isinstance(self.value, (int, float)) and not isinstance(self.value, bool):
@@ -61,7 +63,7 @@ def joined(overrides: Iterable[Override]) -> str:
     return " ".join(o.text for o in overrides)
 
 
-def _plain(element: Any) -> Any:
+def _plain(element: object) -> Plain:
     """A parsed element as a Python value: quotes dropped, lists frozen as tuples."""
     if isinstance(element, QuotedString):
         return element.text

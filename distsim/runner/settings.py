@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
 
 from distsim.config.runner import RunnerConfig
 
@@ -11,7 +11,7 @@ from distsim.config.runner import RunnerConfig
 @dataclass
 class RunnerSettings(RunnerConfig):
     @classmethod
-    def from_node(cls, node: Any) -> RunnerSettings:
+    def from_node(cls, node: Mapping[str, object] | None) -> RunnerSettings:
         """From a config node (DictConfig or dict); keys the node lacks keep their defaults."""
         values = {}
         for f in fields(cls):

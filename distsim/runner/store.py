@@ -26,7 +26,7 @@ def job_dir(sweep_dir: str | os.PathLike, index: int) -> Path:
     return Path(sweep_dir) / str(index)
 
 
-def _json_safe(value: Any) -> Any:
+def _json_safe(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

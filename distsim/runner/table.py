@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from distsim.runner.sweep import SweepOutcome
 
 
-def _num(x: Any, digits: int = 3) -> str:
+def _num(x: object, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA:
         return "-"
     return f"{x:,.{digits}f}"

@@ -5,11 +5,11 @@ front that sends each request by its type. Everything was checked by resolve; th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from distsim.cluster.build import PREFIX_CHUNK_TOKENS
+from distsim.cluster.cluster import Cluster
 from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.settings import PolicySettings, SignalSettings
 from distsim.cluster.signals import SignalBoard
@@ -17,11 +17,13 @@ from distsim.cluster.view import ClusterView, RouterState
 from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.policies.base import PolicyContext
+from distsim.protocols import RecordSink
 from distsim.runtime.front import TypedFront, TypeRoute
 from distsim.runtime.replica import RuntimeReplica
+from distsim.runtime.settings import RuntimePoolSpec
 
 
-def build_replicas(pools: Sequence[Any], loop: EventLoop, first: int) -> list[RuntimeReplica]:
+def build_replicas(pools: Sequence[RuntimePoolSpec], loop: EventLoop, first: int) -> list[RuntimeReplica]:
     """``count`` replicas per pool (an autoscaled pool's ``max``), in pool order, numbered from ``first``."""
     replicas: list[RuntimeReplica] = []
     for pool in pools:
@@ -31,7 +33,7 @@ def build_replicas(pools: Sequence[Any], loop: EventLoop, first: int) -> list[Ru
 
 
 def _route(name: str, replicas: list[RuntimeReplica], policy: PolicySettings, signals: SignalSettings, loop: EventLoop,
-           seed: int, extra: dict) -> TypeRoute:
+           seed: int, extra: dict[str, float]) -> TypeRoute:
     board = SignalBoard(replicas, signals, loop, stream(seed, f"signals/{name}"))
     state = RouterState(len(replicas))
     ones = np.ones(len(replicas), dtype=np.float64)
@@ -49,13 +51,13 @@ def _route(name: str, replicas: list[RuntimeReplica], policy: PolicySettings, si
     members = np.arange(len(replicas))
     view = ClusterView(board, state, loop, members, prefix_index=index, facts=facts, step_models=[r.curve for r in replicas])
     router = routing.cls(routing.params, PolicyContext(len(replicas), stream(seed, f"router/{name}"), seed, extra))
-    if getattr(router, "reads_signals", False):
+    if router.reads_signals:
         board.enable_push()
     return TypeRoute(name, replicas, board, state, view, router)
 
 
-def attach_runtimes(cluster: Any, pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, loop: EventLoop,
-                    recorder: Any, *, seed: int, ttft_slo_ms: float) -> TypedFront:
+def attach_runtimes(cluster: Cluster, pools: Sequence[RuntimePoolSpec], policy: PolicySettings, signals: SignalSettings,
+                    loop: EventLoop, recorder: RecordSink, *, seed: int, ttft_slo_ms: float) -> TypedFront:
     """The front over ``cluster`` and the runtime ``pools``' replicas."""
     replicas = build_replicas(pools, loop, first=len(cluster.instances))
     by_type: dict[str, list[RuntimeReplica]] = {}
@@ -64,7 +66,7 @@ def attach_runtimes(cluster: Any, pools: Sequence[Any], policy: PolicySettings, 
     extra = {"default_ttft_slo_ms": ttft_slo_ms}
     routes = {name: _route(name, members, policy, signals, loop, seed, extra) for name, members in by_type.items()}
     front = TypedFront(cluster, routes, loop, recorder, policy.routing.latency_us)
-    if getattr(cluster, "autoscaler", None) is not None or any(pool.autoscale is not None for pool in pools):
+    if cluster.autoscaler is not None or any(pool.autoscale is not None for pool in pools):
         from distsim.autoscale.runtime_pools import attach_runtime_autoscaling
 
         attach_runtime_autoscaling(front, pools, seed)

@@ -13,16 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from distsim.cluster.cluster import Cluster, Intake
+from distsim.cluster.hedging import Hedger
 from distsim.cluster.signals import SignalBoard
 from distsim.cluster.view import ClusterView, RouterState
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.instance.departure import Departure
+from distsim.policies.base import Router
+from distsim.protocols import RecordSink
 from distsim.request import Request, Status
 from distsim.runtime.replica import RuntimeReplica
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from distsim.autoscale.controller import Autoscaler
 
 
 @dataclass
@@ -34,12 +42,17 @@ class TypeRoute:
     board: SignalBoard
     state: RouterState
     view: ClusterView
-    router: Any
+    router: Router
 
 
 class TypedFront(Intake):
-    def __init__(self, cluster: Cluster, routes: dict[str, TypeRoute], loop: EventLoop, recorder: Any, dispatch_us: int):
+    def __init__(self, cluster: Cluster, routes: dict[str, TypeRoute], loop: EventLoop, recorder: RecordSink,
+                 dispatch_us: int):
         self.cluster, self.routes, self.loop, self.recorder = cluster, routes, loop, recorder
+        self.instances, self.pool_of, self.board = cluster.instances, cluster.pool_of, cluster.board
+        self.dp, self.disaggregated, self.trace = cluster.dp, cluster.disaggregated, cluster.trace
+        self.listeners = cluster.listeners
+        self.cells = None  # runtime pools are not modelled with cells (distsim.runtime.checks)
         self.dispatch_us = dispatch_us
         self.runtimes = sorted((r for route in routes.values() for r in route.replicas), key=lambda r: r.index)
         for route in routes.values():
@@ -53,8 +66,35 @@ class TypedFront(Intake):
         self._source = None
         self._exhausted = False
 
-    def __getattr__(self, name: str) -> Any:  # instances, pool_of, board, disaggregated, ...: the cluster's
-        return getattr(self.cluster, name)
+    # ------------------------------------------------------------------ the world's face (distsim.protocols.World)
+    # The LLM side is the cluster's: its engines, pools, board, listeners and settings (fixed at build), and
+    # what changes during the run (transfers, hedgers, the autoscaler autoscaling may set), read through.
+    @property
+    def hedgers(self) -> list[Hedger]:
+        return self.cluster.hedgers
+
+    @property
+    def autoscaler(self) -> Autoscaler | None:
+        return self.cluster.autoscaler
+
+    @property
+    def transfers(self) -> int:
+        return self.cluster.transfers
+
+    @property
+    def transfer_us_total(self) -> int:
+        return self.cluster.transfer_us_total
+
+    @property
+    def transfer_bytes_total(self) -> float:
+        return self.cluster.transfer_bytes_total
+
+    @property
+    def num_instances(self) -> int:
+        return self.cluster.num_instances
+
+    def decision_table(self) -> pd.DataFrame:
+        return self.cluster.decision_table()
 
     # ------------------------------------------------------------------ arrivals
     def feed(self, requests: Iterable[Request]) -> None:

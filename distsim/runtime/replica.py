@@ -7,18 +7,25 @@ models Triton's instance-group count, whose copies share the GPU; set it to what
 the curve under that concurrency. A request with more items than ``max_batch_size`` can never run and is
 dropped on arrival, as Triton refuses a batch dimension over the model's maximum.
 
-The replica offers what the signal board reads of an instance (``slot``, ``kv.total``, ``attach``,
-``publish_to``), so the configured router ranks replicas through the same views it ranks engines with:
-queue depth is queued requests, running the requests in running batches, queued tokens the queued items.
+The replica is a signal source (distsim.protocols.SignalSource: ``slot``, ``kv.total``, ``attach``,
+``publish_to``) as an LLM engine is, so the configured router ranks replicas through the same views it
+ranks engines with: queue depth is queued requests, running the requests in running batches, queued
+tokens the queued items.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_INSTANCE, EventLoop
 from distsim.instance.departure import Departure, DepartureListener
+from distsim.protocols import SignalSink
 from distsim.request import Request, Status
 from distsim.runtime.batcher import Batch, Batcher
+
+if TYPE_CHECKING:
+    from distsim.runtime.settings import RuntimePoolSpec
 
 FINISHED = Departure.FINISHED
 
@@ -44,7 +51,9 @@ class RuntimeStats:
 
 
 class RuntimeReplica:
-    def __init__(self, index: int, pool, loop: EventLoop):
+    """A replica (distsim.protocols.Replica), and a signal source to its type's board."""
+
+    def __init__(self, index: int, pool: RuntimePoolSpec, loop: EventLoop):
         self.index, self.pool, self.loop = index, pool, loop
         self.serves, self.curve = pool.serves, pool.curve
         self.concurrency = pool.concurrency
@@ -52,7 +61,7 @@ class RuntimeReplica:
         self.prio = PRIO_INSTANCE + index
         self.kv = _NoKv()
         self.slot = 0
-        self.board = None
+        self.board: SignalSink | None = None
         # told of each request that leaves (distsim.instance.departure): the front first, then a drain's
         self.departure_listeners: list[DepartureListener] = []
         self.stats = RuntimeStats()
@@ -61,11 +70,11 @@ class RuntimeReplica:
         self._timer = -1  # the wake-up pending for this instant (-1: none)
 
     # ------------------------------------------------------------------ signals
-    def attach(self, board) -> None:
+    def attach(self, board: SignalSink) -> None:
         self.board = board
         self.publish_to(board)
 
-    def publish_to(self, board) -> None:
+    def publish_to(self, board: SignalSink) -> None:
         i = self.slot
         board.waiting[i] = len(self.batcher)
         board.running[i] = sum(len(b.requests) for b in self.running.values())

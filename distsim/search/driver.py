@@ -21,18 +21,21 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from distsim import outputs
 from distsim.config.compose import CONF_DIR
 from distsim.errors import ConfigError, UserError
 from distsim.search.optimizer import build_optimizer, check_optimizer
-from distsim.search.space import SearchSpace
+from distsim.search.space import SearchSpace, Value
+
+# configs (each a list of overrides) x seeds -> the sweep's results table (distsim.search.evaluate)
+Evaluate = Callable[[list[list[str]], list[int], Path], pd.DataFrame]
 
 
 @dataclass
@@ -45,7 +48,7 @@ class SearchResult:
     holdout: pd.DataFrame | None
 
 
-def check_settings(cfg: Any) -> None:
+def check_settings(cfg: DictConfig) -> None:
     """Every search.* and runner.* setting and the scenario, checked before Ray starts: a bad one is one
     line (ConfigError) at once, not a failed first generation after Ray's start-up."""
     from distsim.resolve import resolve
@@ -58,7 +61,7 @@ def check_settings(cfg: Any) -> None:
     resolve(copy.deepcopy(cfg))
 
 
-def _check(cfg: Any) -> None:
+def _check(cfg: DictConfig) -> None:
     s = cfg.search
     if not s.train_seeds:
         raise ConfigError("search.train_seeds", "needs at least one seed")
@@ -77,8 +80,8 @@ def _check(cfg: Any) -> None:
 
 
 def _generation_rows(
-    gen: int, cand_values: list[dict[str, Any]], fitness: list[list[float]], seeds: list[int]
-) -> tuple[list[dict[str, Any]], list[float]]:
+    gen: int, cand_values: list[dict[str, Value]], fitness: list[list[float]], seeds: list[int]
+) -> tuple[list[dict[str, Value]], list[float]]:
     """candidates.parquet rows of one generation, and each candidate's mean fitness for the optimiser
     (a candidate that failed on a seed is told a very low fitness)."""
     rows, means = [], []
@@ -100,7 +103,7 @@ def _generation_rows(
     return rows, means
 
 
-def _evolve(s: Any, out: Path, base_overrides: list[str], evaluate, echo: bool) -> pd.DataFrame:
+def _evolve(s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evaluate, echo: bool) -> pd.DataFrame:
     """Every generation, asked, evaluated on the training seeds and told: the candidates table."""
     space = SearchSpace(s.space)
     optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed))
@@ -109,7 +112,7 @@ def _evolve(s: Any, out: Path, base_overrides: list[str], evaluate, echo: bool) 
     generations = int(s.generations)
     if s.budget is not None:
         generations = min(generations, int(s.budget) // (int(s.population) * len(seeds)))
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Value]] = []
     any_ok = False
     for gen in range(generations):
         asked = optimizer.ask()
@@ -133,7 +136,7 @@ def _evolve(s: Any, out: Path, base_overrides: list[str], evaluate, echo: bool) 
 
 
 def run_search(
-    cfg: Any, out_dir: str | Path, base_overrides: list[str], *, evaluate, echo: bool = True
+    cfg: DictConfig, out_dir: str | Path, base_overrides: list[str], *, evaluate: Evaluate, echo: bool = True
 ) -> SearchResult:
     """``evaluate(configs, seeds, sweep_dir)`` runs every config (a list of overrides) on every seed
     and returns the runner's results table; ``base_overrides`` are the user's scenario overrides."""
@@ -184,7 +187,7 @@ def _fitness_by_config(
     return [[by_key.get((" ".join(c), seed), -math.inf) for seed in seeds] for c in configs]
 
 
-def write_policy(out: Path, name: str, base_policy: str, values: dict[str, Any]) -> Path:
+def write_policy(out: Path, name: str, base_policy: str, values: dict[str, Value]) -> Path:
     """The best candidate as a policy config: the base policy's file with the searched keys set."""
     node = OmegaConf.load(CONF_DIR / "policy" / f"{base_policy}.yaml")
     for key, value in values.items():
@@ -200,7 +203,7 @@ def write_policy(out: Path, name: str, base_policy: str, values: dict[str, Any])
 
 
 def compare_on_holdout(
-    cfg: Any, out: Path, policy_yaml: Path, base_overrides: list[str], evaluate, *, echo: bool
+    cfg: DictConfig, out: Path, policy_yaml: Path, base_overrides: list[str], evaluate: Evaluate, *, echo: bool
 ) -> pd.DataFrame:
     """The evolved policy and every baseline on seeds the search never saw, ranked with paired tests."""
     from distsim.runner.ranking import rank_configs

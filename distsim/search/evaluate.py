@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from hydra import compose
+from omegaconf import DictConfig
 
 from distsim.runner.overrides import Override, from_lines
 from distsim.runner.plan import SEED_KEY, Job, SweepPlan
@@ -27,7 +27,7 @@ def search_plan(configs: list[list[str]], seeds: list[int]) -> SweepPlan:
     return SweepPlan(jobs, (), (SEED_KEY,), check_configs=False)
 
 
-def make_evaluator(runner_node: Any, *, config_name: str = "search", echo: bool = False):
+def make_evaluator(runner_node: DictConfig | None, *, config_name: str = "search", echo: bool = False):
     """Jobs compose ``config_name`` (the search's own primary config), so the scenario it sets
     (cluster, workload, SLOs) applies to every evaluation."""
     settings = RunnerSettings.from_node(runner_node)

@@ -10,27 +10,29 @@ Both are deterministic for a seed, so a search replays exactly (which is also ho
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from distsim.errors import ConfigError
-from distsim.search.space import SearchSpace
+from distsim.search.space import Coordinate, SearchSpace
+
+H = TypeVar("H")  # what an optimiser hands out with each candidate and is told back with its fitness
 
 
-class Optimizer:
+class Optimizer(Generic[H]):
     population: int
 
-    def ask(self) -> list[tuple[Any, dict[str, Any]]]:
+    def ask(self) -> list[tuple[H, dict[str, Coordinate]]]:
         """One generation: (handle, {key: normalised coordinate}) per candidate."""
         raise NotImplementedError
 
-    def tell(self, results: list[tuple[Any, float]]) -> None:
+    def tell(self, results: list[tuple[H, float]]) -> None:
         """Fitness per handle (higher is better)."""
         raise NotImplementedError
 
 
-class CMAESOptimizer(Optimizer):
+class CMAESOptimizer(Optimizer[object]):  # a handle is the cmaes package's own solution object
     def __init__(self, space: SearchSpace, population: int, seed: int):
         import cmaes
 
@@ -59,7 +61,7 @@ class CMAESOptimizer(Optimizer):
         out = []
         for _ in range(self.population):
             sol = self.opt.ask()
-            point: dict[str, Any] = {}
+            point: dict[str, Coordinate] = {}
             if self.mixed:
                 for v, x in zip(self.space.floats, sol.x if sol.x is not None else []):
                     point[v.key] = float(x)
@@ -94,7 +96,7 @@ class CMAESOptimizer(Optimizer):
             self.opt.tell(told)
 
 
-class RandomOptimizer(Optimizer):
+class RandomOptimizer(Optimizer[None]):
     def __init__(self, space: SearchSpace, population: int, seed: int):
         self.space = space
         self.population = population
@@ -103,7 +105,7 @@ class RandomOptimizer(Optimizer):
     def ask(self):
         out = []
         for _ in range(self.population):
-            point: dict[str, Any] = {}
+            point: dict[str, Coordinate] = {}
             for v in self.space.variables:
                 if v.kind == "float":
                     point[v.key] = float(self.rng.random())

@@ -8,10 +8,15 @@ overrides (and the emitted YAML) read well and are identical run to run.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from distsim.errors import ConfigError
+
+# a searched key's config value: a float, an int, or a categorical choice (a YAML scalar)
+Value = float | int | str | bool | None
+# a point's coordinate in the normalised space: a float in [0, 1], or an integer or category index
+Coordinate = float | int
 
 
 @dataclass(frozen=True)
@@ -22,7 +27,7 @@ class Variable:
     high: float = 1.0
     choices: tuple = ()
 
-    def value(self, u: float | int) -> Any:
+    def value(self, u: Coordinate) -> Value:
         """The config value of a normalised coordinate (float in [0, 1]; int or category index)."""
         if self.kind == "float":
             u = min(max(float(u), 0.0), 1.0)
@@ -33,7 +38,7 @@ class Variable:
 
 
 class SearchSpace:
-    def __init__(self, spec: Any):
+    def __init__(self, spec: Mapping[str, Mapping[str, object] | None]):
         if not spec:
             raise ConfigError("search.space", "is empty: name at least one policy.* key to search")
         self.variables: list[Variable] = []
@@ -75,16 +80,16 @@ class SearchSpace:
     def categoricals(self) -> list[Variable]:
         return [v for v in self.variables if v.kind == "categorical"]
 
-    def values(self, point: dict[str, Any]) -> dict[str, Any]:
+    def values(self, point: dict[str, Coordinate]) -> dict[str, Value]:
         """Config values of a point given as {key: normalised coordinate}."""
         return {v.key: v.value(point[v.key]) for v in self.variables}
 
     @staticmethod
-    def overrides(values: dict[str, Any]) -> list[str]:
+    def overrides(values: dict[str, Value]) -> list[str]:
         return [f"{key}={_literal(val)}" for key, val in values.items()]
 
 
-def _literal(value: Any) -> str:
+def _literal(value: Value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-TRACE_LIMIT = 1 << 61
 GROUP_BASE = 1 << 61
 UNIQUE_BASE = 1 << 62
 _M64 = (1 << 64) - 1

@@ -14,18 +14,18 @@ type's unit: image side in pixels, audio seconds) and ``slo_ms`` (its latency SL
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from distsim.errors import ConfigError
 from distsim.events.rng import stream
 from distsim.request import Request, new_typed_request
 from distsim.workload import checks
+from distsim.workload.base import WorkloadSource
 from distsim.workload.lengths import Buffered, Sampler
 from distsim.workload.schema import DistConfig, RequestTypeConfig
 
@@ -68,7 +68,7 @@ class Mix:
         return tuple(n for n, s in zip(self.names, self.shares) if s > 0)
 
 
-def _request_type(name: str, raw: Any) -> RequestType:
+def _request_type(name: str, raw: Mapping[str, object] | None) -> RequestType:
     key = f"workload.types.{name}"
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(BUILTIN_TYPES.get(name, RequestTypeConfig())), raw or {})
@@ -81,7 +81,7 @@ def _request_type(name: str, raw: Any) -> RequestType:
     return RequestType(name, items, Sampler(cfg.size, f"{key}.size", integer=False, default=base.size), slo)
 
 
-def type_slos(cfg: Any) -> dict[str, float | None]:
+def type_slos(cfg: DictConfig) -> dict[str, float | None]:
     """Each configured type's latency SLO (a trace's typed rows take their type's; an unknown type: none)."""
     out = {name: t.slo_ms for name, t in BUILTIN_TYPES.items()}
     for name, raw in (cfg.get("types") or {}).items():
@@ -90,7 +90,7 @@ def type_slos(cfg: Any) -> dict[str, float | None]:
     return out
 
 
-def resolve_mix(cfg: Any) -> Mix | None:
+def resolve_mix(cfg: DictConfig) -> Mix | None:
     """The workload's mix, checked; None when every request is an LLM request (no mix, or only llm)."""
     raw = cfg.get("mix")
     if raw is None or (hasattr(raw, "keys") and len(raw) == 0):
@@ -119,14 +119,23 @@ def resolve_mix(cfg: Any) -> Mix | None:
     return Mix(names, tuple(s / total for s in shares), types)
 
 
-class MixedSource:
-    """The configured source's requests, each given a type from the mix (see the module docstring)."""
+class MixedSource(WorkloadSource):
+    """The configured source's requests, each given a type from the mix (see the module docstring). What it
+    knows of itself is its base source's."""
 
-    def __init__(self, base: Any, mix: Mix, seed: int):
+    def __init__(self, base: WorkloadSource, mix: Mix, seed: int):
         self.base, self.mix, self.seed = base, mix, seed
+        self.limit, self.duration_us = base.limit, base.duration_us
 
-    def __getattr__(self, name: str) -> Any:  # limit, duration_us, summary, describe: the base source's
-        return getattr(self.base, name)
+    @property
+    def types_seen(self) -> frozenset[str] | set[str]:  # type: ignore[override]  # the base's, as it reads on
+        return self.base.types_seen
+
+    def describe(self) -> dict:
+        return self.base.describe()
+
+    def summary(self) -> dict | None:
+        return self.base.summary()
 
     def _codes(self) -> Iterator[int]:
         """Each request's type as an index into ``mix.names``, drawn a block at a time."""

@@ -9,32 +9,17 @@ seed and the block size goes into it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import is_dataclass
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from distsim.errors import ConfigError, warn_config
-from distsim.request import Request
 from distsim.workload import checks
+from distsim.workload.base import WorkloadSource
 from distsim.workload.kinds import KINDS
 from distsim.workload.schema import WorkloadConfig
-
-
-class WorkloadSource:
-    """An iterable of requests; ``describe`` reports what was generated or read (may be ``{}``)."""
-
-    def __iter__(self) -> Iterator[Request]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def describe(self) -> dict:
-        return {}
-
-    def summary(self) -> dict | None:
-        """What summary.json reports under ``workload`` (None: nothing, so synthetic runs add no key)."""
-        return None
-
 
 SourceBuilder = Callable[[DictConfig, int, int], WorkloadSource]  # (cfg, seed, block_size)
 

@@ -16,12 +16,13 @@ from distsim.events.rng import stream
 from distsim.request import Request, new_request
 from distsim.workload import checks
 from distsim.workload.arrivals import build_arrivals, warn_unread_arrival
+from distsim.workload.base import WorkloadSource
 from distsim.workload.keys import UniqueKeys
 from distsim.workload.kinds import KINDS
 from distsim.workload.prefixes import PrefixGroups
 from distsim.workload.schema import SessionConfig
 from distsim.workload.sessions import Sessions
-from distsim.workload.source import WorkloadSource, limits, warn_other_kinds_keys
+from distsim.workload.source import limits, warn_other_kinds_keys
 from distsim.workload.tenants import Tagger
 
 BLOCK = 4096

@@ -83,7 +83,6 @@ class Tagger:
         else:
             names = ["default"]
             self.class_p = np.ones(1)
-        self.class_names = names
 
         profiles = list(tcfg.profiles) if tcfg.profiles else []
         if len(profiles) > self.count:

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from distsim.policies.scorers.registry import SCORERS  # noqa: F401  (re-exported: scorers register here)
 from distsim.request import Request
 
+if TYPE_CHECKING:
+    from distsim.cluster.view import ClusterView
+    from distsim.policies.weighted import WeightedParams
+
 
 class Scorer:
     reads_signals = False  # reads instance-reported signals (so live reads need pushes)
 
-    def __init__(self, params: Any):
+    def __init__(self, params: WeightedParams):
         self.params = params  # the weighted router's parameters (e.g. load_guard)
 
-    def score(self, req: Request, view: Any) -> np.ndarray:
+    def score(self, req: Request, view: ClusterView) -> np.ndarray:
         raise NotImplementedError
 
 

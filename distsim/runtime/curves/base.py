@@ -7,15 +7,19 @@ the longest clip, images resized to one side), so the largest item sets every it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distsim.catalog.hardware import HardwareSpec
+    from distsim.catalog.runtime_models import RuntimeModelSpec
 
 
 @dataclass(frozen=True)
 class CurveContext:
     """What a curve may be built from: the pool's model and GPU, and its config path for messages."""
 
-    model: Any  # distsim.catalog.runtime_models.RuntimeModelSpec
-    hardware: Any  # distsim.catalog.HardwareSpec
+    model: RuntimeModelSpec
+    hardware: HardwareSpec
     max_batch_size: int
     key: str  # e.g. "cluster.pools[2].runtime.curve"
 

@@ -21,12 +21,13 @@ from distsim.errors import ConfigError, InputFileError
 from distsim.events.rng import stream
 from distsim.request import Request, new_request, new_typed_request
 from distsim.workload import checks
+from distsim.workload.base import WorkloadSource
 from distsim.workload.keys import UniqueKeys, trace_block_keys
 from distsim.workload.kinds import KINDS
 from distsim.workload.mix import type_slos
 from distsim.workload.paths import resolve_path
 from distsim.workload.prefixes import PrefixGroups
-from distsim.workload.source import WorkloadSource, limits, warn_other_kinds_keys
+from distsim.workload.source import limits, warn_other_kinds_keys
 from distsim.workload.tenants import Tagger
 from distsim.workload.traces.formats import READERS
 from distsim.workload.traces.rows import TraceRow
@@ -199,7 +200,7 @@ class TraceSource(WorkloadSource):
         unique = UniqueKeys()
         sessions: dict[int, tuple[int, tuple]] = {}
         prefixes = self.prefixes
-        trace_block = getattr(READERS[self.format], "block_tokens", None)
+        trace_block = READERS[self.format].block_tokens
         while True:
             chunk = list(islice(rows, CHUNK))
             if not chunk:

@@ -31,7 +31,10 @@ class TraceRow:
 
 
 class TraceReader:
-    """Streams a trace file's rows. ``skipped`` counts rows left out on purpose (e.g. failed requests)."""
+    """Streams a trace file's rows. ``skipped`` counts rows left out on purpose (e.g. failed requests);
+    ``block_tokens``: the tokens per hash id of a format whose rows carry prompt block ids (None: none do)."""
+
+    block_tokens: int | None = None
 
     def __init__(self, path):
         self.path = path
