@@ -11,11 +11,14 @@ what it sees is what a metrics pipeline or the gateway would report.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from distsim.policies.base import PolicyParams
+
+if TYPE_CHECKING:
+    from distsim.autoscale.probe import PoolProbe
 
 # what target_utilization can track, per serving replica: the instance-reported ones come from the
 # signal board (so the signals config's scrape interval and delay apply); outstanding is router-owned
@@ -42,7 +45,7 @@ class Scaler:
         self.initial = initial  # the pool's count: replicas serving at the start
         self.rng = rng  # the pool's own stream ("autoscale/<pool>"), for a kind that draws (none built in does)
 
-    def desired(self, probe: Any) -> int:
+    def desired(self, probe: PoolProbe) -> int:
         """The replicas (serving plus provisioning) the pool should have now, before min/max and the
         scale-down stabilisation."""
         raise NotImplementedError

@@ -20,34 +20,42 @@ state and view; when a replica is idle; that it has no cache to empty) is its si
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from distsim.autoscale.probe import CompletionWatch, PoolProbe
 from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING, PoolReplicas, Replica
-from distsim.autoscale.sides import LlmSide
+from distsim.autoscale.sides import LlmSide, RuntimeSide
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_AUTOSCALE
 from distsim.events.rng import stream
 
+if TYPE_CHECKING:
+    from distsim.autoscale.base import Scaler
+    from distsim.autoscale.settings import AutoscaleSettings
+    from distsim.cluster.cluster import Cluster
+    from distsim.cluster.pools import PoolSpec
+    from distsim.request import Request
+    from distsim.runtime.settings import RuntimePoolSpec
+
 
 @dataclass
 class ScaledPool:
-    spec: Any  # distsim.cluster.pools.PoolSpec, or distsim.runtime.settings.RuntimePoolSpec
-    scaler: Any
+    spec: PoolSpec | RuntimePoolSpec  # an LLM pool, or a batching runtime's
+    scaler: Scaler
     replicas: PoolReplicas
     watch: CompletionWatch
-    side: Any  # distsim.autoscale.sides.LlmSide or RuntimeSide: where its replicas live
+    side: LlmSide | RuntimeSide  # where its replicas live
     history: deque = field(default_factory=deque)  # (time_us, recommended count) within the cool-down
     ups: int = 0  # replicas started
     downs: int = 0  # replicas drained, or cancelled while provisioning
 
     @property
-    def settings(self) -> Any:
-        return self.spec.autoscale
+    def settings(self) -> AutoscaleSettings:
+        return self.spec.autoscale  # never None: only autoscaled pools are scaled
 
     @property
     def asked(self) -> int:
@@ -60,7 +68,7 @@ class Autoscaler:
     records (``ttft_slo_ms``: the default TTFT SLO, ``output_lag_us``: the front end's per-token lag, as the
     recorder has them); :meth:`request_recorded` is to be subscribed after them (see attach_autoscaler)."""
 
-    def __init__(self, cluster: Any, pools: list[Any], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0):
+    def __init__(self, cluster: Cluster, pools: Sequence[PoolSpec], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0):
         self.cluster, self.loop = cluster, cluster.loop
         self.units = len(cluster.instances)  # instances.parquet's rows: the cluster's, then any runtime replicas
         self.llm = LlmSide(cluster)
@@ -78,7 +86,10 @@ class Autoscaler:
                 self.add(spec, engines, watch, self.llm, seed)
             first += spec.built_count * dp
 
-    def add(self, spec: Any, engines: list[tuple[int, ...]], watch: CompletionWatch, side: Any, seed: int) -> ScaledPool:
+    def add(
+        self, spec: PoolSpec | RuntimePoolSpec, engines: list[tuple[int, ...]], watch: CompletionWatch,
+        side: LlmSide | RuntimeSide, seed: int,
+    ) -> ScaledPool:
         """An autoscaled pool of ``engines`` (global indices, replica by replica) on ``side``."""
         replicas = PoolReplicas(spec.name, engines, spec.count)
         scaler = spec.autoscale.cls(spec.autoscale.params, spec.count, stream(seed, f"autoscale/{spec.name}"))
@@ -192,7 +203,7 @@ class Autoscaler:
         """Whether the run has anything left to do."""
         return any(active() for active in self._activity)
 
-    def request_recorded(self, req: Any) -> None:
+    def request_recorded(self, req: Request) -> None:
         """A record listener: a request reached its final status. Once nothing is left to do, stop (see the
         module doc), in an event of its own at this instant, so no instance is in the middle of its own
         event when its replica leaves."""
@@ -201,7 +212,7 @@ class Autoscaler:
         self.stopped = True
         self.loop.schedule(self.loop.now, PRIO_AUTOSCALE, self._stop)
 
-    def _stop(self, now: int, _: Any) -> None:
+    def _stop(self, now: int, _: object) -> None:
         for sp in self.pools:
             for replica in sp.replicas.in_state(DRAINING):
                 self._check(now, (sp, replica))
@@ -229,7 +240,7 @@ class Autoscaler:
 
 
 def attach_autoscaler(
-    cluster: Any, pools: list[Any], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0
+    cluster: Cluster, pools: Sequence[PoolSpec], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0
 ) -> Autoscaler:
     """Autoscale ``cluster``'s autoscaled pools (built with ``max`` replicas each): from now only their
     initial ``count`` serve. Each pool's scaler gets its own random stream, "autoscale/<pool>". The

@@ -7,10 +7,17 @@ too); the listener goes when the replica leaves, so no other engine pays anythin
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distsim.cluster.view import RouterState
+    from distsim.instance.departure import Departure, DepartureListener
+    from distsim.instance.instance import Instance
+    from distsim.protocols import Replica
+    from distsim.request import Request
 
 
-def engine_idle(inst: Any, state: Any, i: int) -> bool:
+def engine_idle(inst: Instance, state: RouterState, i: int) -> bool:
     """Nothing is routed to instance ``i``, in transit to it, queued, running, loading, or held for a
     hand-off there."""
     return (
@@ -23,12 +30,12 @@ class DrainListeners:
     """The departure listeners of draining units (engines, or runtime replicas), by unit number."""
 
     def __init__(self) -> None:
-        self._listening: dict[int, tuple[Any, Callable[..., None]]] = {}
+        self._listening: dict[int, tuple[Replica, DepartureListener]] = {}
 
-    def attach(self, unit: Any, number: int, poke: Callable[[], None]) -> None:
+    def attach(self, unit: Replica, number: int, poke: Callable[[], None]) -> None:
         """``poke()`` after each request that leaves ``unit`` (it has a ``departure_listeners`` list)."""
 
-        def departed(req: Any, now: int, how: Any) -> None:
+        def departed(req: Request, now: int, how: Departure) -> None:
             poke()
 
         unit.departure_listeners.append(departed)

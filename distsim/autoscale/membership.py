@@ -4,13 +4,16 @@ change, its policies hear of it (``members_changed``), since candidate positions
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from distsim.cluster.cluster import Cluster
+
 
 class Membership:
-    def __init__(self, cluster: Any):
+    def __init__(self, cluster: Cluster):
         roles = np.array([inst.role for inst in cluster.instances])
         if cluster.disaggregated:
             self.groups = [

@@ -12,11 +12,15 @@ TTFT SLO.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from distsim.request import Request, Status
+
+if TYPE_CHECKING:
+    from distsim.cluster.signals import SignalBoard
+    from distsim.cluster.view import RouterState
 
 COMPLETED = Status.COMPLETED
 
@@ -71,8 +75,8 @@ class PoolProbe:
     target: int  # the replicas asked for so far (serving + provisioning)
     engines: np.ndarray
     engines_per_replica: int
-    board: Any
-    state: Any  # the router's RouterState
+    board: SignalBoard  # the side's (the cluster's, or a request type's)
+    state: RouterState  # the router's, of the same side
     watch: CompletionWatch
 
     def per_replica(self, name: str) -> np.ndarray:

@@ -12,14 +12,18 @@ and queue_slo's miss rate counts results later than their type's latency SLO.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from distsim.autoscale.controller import Autoscaler
 from distsim.autoscale.probe import LatencyWatch
 from distsim.autoscale.sides import RuntimeSide
 
+if TYPE_CHECKING:
+    from distsim.runtime.front import TypedFront
+    from distsim.runtime.settings import RuntimePoolSpec
 
-def attach_runtime_autoscaling(front: Any, pools: Sequence[Any], seed: int) -> Autoscaler:
+
+def attach_runtime_autoscaling(front: TypedFront, pools: Sequence[RuntimePoolSpec], seed: int) -> Autoscaler:
     """Scale ``front``'s autoscaled runtime ``pools`` (built with ``max`` replicas each), with the cluster's
     autoscaler if it has one (else a new one, set as ``cluster.autoscaler``), which from now stops only once
     neither the LLM cluster nor the runtimes have anything left to do."""

@@ -10,7 +10,7 @@ billing); ``local`` turns it into the side's index for the board and router stat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,12 +18,17 @@ from distsim.autoscale.drain import DrainListeners, engine_idle
 from distsim.autoscale.membership import Membership
 from distsim.autoscale.replicas import SERVING
 
+if TYPE_CHECKING:
+    from distsim.autoscale.replicas import Replica
+    from distsim.cluster.cluster import Cluster
+    from distsim.runtime.front import TypeRoute
+
 
 class LlmSide:
     """The LLM cluster's instances: an engine's global index is its index on the cluster's board and router
     state; the cluster's views (one per P/D role) follow the serving replicas."""
 
-    def __init__(self, cluster: Any):
+    def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self.instances = cluster.instances
         self.board, self.state = cluster.board, cluster.state
@@ -48,7 +53,7 @@ class LlmSide:
         if index is not None:
             index.forget(e)
 
-    def update(self, replicas: Iterable[Any]) -> None:
+    def update(self, replicas: Iterable[Replica]) -> None:
         for replica in replicas:
             self.serving[list(replica.engines)] = replica.state == SERVING
         self.membership.update(self.serving)
@@ -65,7 +70,7 @@ class RuntimeSide:
     view index a replica by its position in the route. A replica holds no cache, so leaving empties nothing
     (its type's requests carry no prompt, so the route's prefix index, if any, stays empty)."""
 
-    def __init__(self, route: Any):
+    def __init__(self, route: TypeRoute):
         self.route = route
         self.board, self.state = route.board, route.state
         self.position = {r.index: k for k, r in enumerate(route.replicas)}
@@ -88,7 +93,7 @@ class RuntimeSide:
     def leave(self, e: int) -> None:
         self.draining.detach(e)
 
-    def update(self, replicas: Iterable[Any]) -> None:
+    def update(self, replicas: Iterable[Replica]) -> None:
         for replica in replicas:
             self.serving[self.local(replica.engines)] = replica.state == SERVING
         view = self.route.view

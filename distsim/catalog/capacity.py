@@ -10,16 +10,20 @@ derivation lands within 1% of the measured ``num_gpu_blocks``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from distsim.catalog.hardware import HardwareSpec
 from distsim.catalog.models import ModelSpec
 from distsim.errors import ConfigError
 
+# ``engine`` below: an engine node, cluster.engine merged with a pool's (distsim.config.schema.EngineConfig)
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
 GIB = 1024**3
 
 
-def _number(engine: Any, name: str, key: str, low: float, high: float, low_open: bool) -> float:
+def _number(engine: DictConfig, name: str, key: str, low: float, high: float, low_open: bool) -> float:
     value = getattr(engine, name)
     bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
     if bad or value > high or value < low or (low_open and value == low):
@@ -28,7 +32,7 @@ def _number(engine: Any, name: str, key: str, low: float, high: float, low_open:
     return float(value)
 
 
-def _blocks(model: ModelSpec, hw: HardwareSpec, engine: Any, tp: int, util: float, reserve: float) -> int:
+def _blocks(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, tp: int, util: float, reserve: float) -> int:
     """KV blocks one GPU of an engine holds at these settings (0 when nothing is left for them)."""
     expert_dp = engine.data_parallel_size if getattr(engine, "enable_expert_parallel", False) else 1
     available = hw.memory_bytes * util - hw.memory_bytes * reserve
@@ -38,7 +42,7 @@ def _blocks(model: ModelSpec, hw: HardwareSpec, engine: Any, tp: int, util: floa
     return math.floor(usable / per_block) if usable > 0 else 0
 
 
-def memory_remedies(model: ModelSpec, hw: HardwareSpec, engine: Any, need_tokens: int, gpus_per_node: int | None = None) -> list[str]:
+def memory_remedies(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, need_tokens: int, gpus_per_node: int | None = None) -> list[str]:
     """What would give ``need_tokens`` tokens of KV cache, each only if it would: a higher
     gpu_memory_utilization (up to its maximum, 1), the smallest larger tensor_parallel_size the model allows
     whose tp x dp GPUs still fit one node, or a catalog GPU with more memory at this TP."""
@@ -80,7 +84,7 @@ def advice(remedies: list[str], last: str = "") -> str:
 def derive_total_kv_blocks(
     model: ModelSpec,
     hw: HardwareSpec,
-    engine: Any,
+    engine: DictConfig,
     key_prefix: str = "cluster.engine",
     gpus_per_node: int | None = None,
     need_tokens: int | None = None,

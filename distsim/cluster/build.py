@@ -9,7 +9,7 @@ together, so it raises nothing a user could cause. Each policy draws from its ow
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,20 +28,24 @@ from distsim.policies.base import PolicyContext
 from distsim.policies.settings import PolicyChoice
 from distsim.workload.settings import SloDefaults
 
+if TYPE_CHECKING:
+    from distsim.cluster.pools import PoolSpec
+    from distsim.policies.base import Admission, Router
+
 PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as llm-d's approximate scorer
 
 
 def build_instances(
-    pools: Sequence[Any], loop: EventLoop, fast_forward: bool, *, first: int = 0, first_group: int = 0,
+    pools: Sequence[PoolSpec], loop: EventLoop, fast_forward: bool, *, first: int = 0, first_group: int = 0,
     instance_cls: type[Instance] = Instance, cancellable: bool = False,
-) -> tuple[list[Instance], list[Any]]:
+) -> tuple[list[Instance], list[PoolSpec]]:
     """One Instance per engine, numbered in pool order from ``first``: a configured instance with
     data_parallel_size N is N consecutive engines sharing one ``dp_group`` (the configured instance's
     number, from ``first_group``); and each engine's pool. ``instance_cls``: Instance, or a subclass such
     as distsim.instance.observed.ObservedInstance when a timeline listens to the steps; ``cancellable``:
     the cluster hedges, so its engines can cancel requests (policy.hedge)."""
     instances: list[Instance] = []
-    pool_of: list[Any] = []
+    pool_of: list[PoolSpec] = []
     group = first_group
     for pool in pools:
         for _ in range(pool.built_count):
@@ -66,7 +70,7 @@ def build_instances(
     return instances, pool_of
 
 
-def cpu_tier(pool: Any) -> CpuKvTier | None:
+def cpu_tier(pool: PoolSpec) -> CpuKvTier | None:
     """An engine's CPU KV tier (none when cpu_kv_blocks is 0): a block's KV bytes on one GPU, copied over
     that GPU's own PCIe link to the host (each tensor-parallel rank moves its shard in parallel)."""
     blocks = pool.engine.cpu_kv_blocks
@@ -76,7 +80,7 @@ def cpu_tier(pool: Any) -> CpuKvTier | None:
     return CpuKvTier(blocks, block_bytes, pool.hardware.host_link_gbps_per_dir * 1e9)
 
 
-def _facts(instances: list[Instance], pool_of: list[Any], board: SignalBoard) -> dict[str, np.ndarray]:
+def _facts(instances: list[Instance], pool_of: list[PoolSpec], board: SignalBoard) -> dict[str, np.ndarray]:
     """Static per-instance facts a policy may read (view.facts). ``sm_fraction``: the share of its GPUs' SMs
     the instance has (1 on whole GPUs; a MIG slice's profile, e.g. 3/7); ``gpu_fraction``: the share of a
     GPU billed to it (distsim.cluster.mig), so the price is per device."""
@@ -100,9 +104,9 @@ def _prefix_index(routing: PolicyChoice, instances: list[Instance]) -> PrefixInd
 
 
 def build_routes(
-    instances: list[Instance], pool_of: list[Any], board: SignalBoard, state: RouterState, policy: PolicySettings,
+    instances: list[Instance], pool_of: list[PoolSpec], board: SignalBoard, state: RouterState, policy: PolicySettings,
     loop: EventLoop, seed: int, slo: SloDefaults, suffix: str = "",
-) -> tuple[Routes, Any]:
+) -> tuple[Routes, Admission]:
     """The router(s) over their views, and the admission policy over the entry view; ``suffix`` ends
     their stream names (a cell's, e.g. "/cell/17")."""
     routing = policy.routing
@@ -111,7 +115,7 @@ def build_routes(
     models = [inst.latency for inst in instances]
     extra = {"default_ttft_slo_ms": slo.ttft_ms}
 
-    def group(members: np.ndarray, name: str) -> tuple[ClusterView, Any]:
+    def group(members: np.ndarray, name: str) -> tuple[ClusterView, Router]:
         view = ClusterView(board, state, loop, members, prefix_index=index, facts=facts, step_models=models)
         return view, routing.cls(routing.params, PolicyContext(int(members.size), stream(seed, name + suffix), seed, extra))
 
@@ -128,7 +132,7 @@ def build_routes(
 
 
 def build_cluster(
-    pools: Sequence[Any], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
+    pools: Sequence[PoolSpec], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
     loop: EventLoop, recorder: RecordSink, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
     frontend: FrontendSettings | None = None, instance_cls: type[Instance] = Instance,
 ) -> Cluster:
@@ -142,7 +146,7 @@ def build_cluster(
 
 
 def assemble(
-    instances: list[Instance], pool_of: list[Any], policy: PolicySettings, signals: SignalSettings,
+    instances: list[Instance], pool_of: list[PoolSpec], policy: PolicySettings, signals: SignalSettings,
     transfer: TransferSettings, loop: EventLoop, recorder: RecordSink | None, *, seed: int, slo: SloDefaults,
     frontend: FrontendSettings | None = None, suffix: str = "",
 ) -> Cluster:

@@ -19,11 +19,17 @@ that hold it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from distsim.catalog.mig import MigProfile, load_mig_profile, mig_profiles, slice_hardware
 from distsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from distsim.catalog import HardwareSpec, ModelSpec
 
 GIB = 1024**3
 
@@ -42,6 +48,23 @@ class MigSlices:
     def gpus(self) -> float:
         """The GPUs the pool pays for: its slices' shares summed."""
         return float(sum(self.share))
+
+
+class SlicedPool(Protocol):
+    """A pool as the packer and the billing read it, a vLLM pool (distsim.cluster.pools.PoolSpec) or a
+    batching runtime's (distsim.runtime.settings.RuntimePoolSpec): its name, its instances, the hardware
+    each runs on, and its slices (None: whole GPUs), which :func:`place_pools` replaces with the placed ones."""
+
+    mig: MigSlices | None
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def hardware(self) -> HardwareSpec: ...
 
 
 @dataclass
@@ -88,7 +111,7 @@ def pack(profiles: list[MigProfile]) -> list[tuple[int, int]]:
     return where
 
 
-def place_pools(pools: list[Any]) -> None:
+def place_pools(pools: Sequence[SlicedPool]) -> None:
     """Pack every sliced pool's slices onto GPUs and record each slice's GPU, start and billed share."""
     sliced = [p for p in pools if p.mig is not None]
     if not sliced:
@@ -106,7 +129,7 @@ def place_pools(pools: list[Any]) -> None:
         i += pool.count
 
 
-def resolve_mig(raw: Any, hardware: Any, key: str, tp: int, dp: int, engine_key: str) -> MigSlices | None:
+def resolve_mig(raw: DictConfig | None, hardware: HardwareSpec, key: str, tp: int, dp: int, engine_key: str) -> MigSlices | None:
     """The pool's MIG profile (None: whole GPUs), after refusing what cannot run on slices."""
     profile_name = None if raw is None else raw.get("profile")
     if profile_name is None:
@@ -123,7 +146,7 @@ def resolve_mig(raw: Any, hardware: Any, key: str, tp: int, dp: int, engine_key:
     return MigSlices(profile, hardware.price_usd_per_gpu_hour)
 
 
-def _fitting(model: Any, hw: Any, engine: Any, need_tokens: int, engine_key: str) -> bool:
+def _fitting(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, need_tokens: int, engine_key: str) -> bool:
     """Whether the derived KV cache on ``hw`` holds ``need_tokens`` tokens beside the weights."""
     from distsim.catalog.capacity import derive_total_kv_blocks
 
@@ -136,7 +159,10 @@ def _fitting(model: Any, hw: Any, engine: Any, need_tokens: int, engine_key: str
     return blocks * engine.block_size >= need_tokens
 
 
-def check_fits(model: Any, gpu: Any, mig: MigSlices, engine: Any, max_model_len: int | None, key: str, engine_key: str) -> Any:
+def check_fits(
+    model: ModelSpec, gpu: HardwareSpec, mig: MigSlices, engine: DictConfig, max_model_len: int | None, key: str,
+    engine_key: str,
+) -> HardwareSpec:
     """The slice's hardware, once the model's weights plus one max_model_len sequence of KV fit its memory
     (vLLM's start-up check); else a ConfigError naming ``key`` with what it needs and what would fit."""
     hw = slice_hardware(gpu, mig.profile)
@@ -157,13 +183,13 @@ def check_fits(model: Any, gpu: Any, mig: MigSlices, engine: Any, max_model_len:
     )
 
 
-def refuse_with_cells(pools: list[Any], cells: Any) -> None:
+def refuse_with_cells(pools: Sequence[SlicedPool], cells: DictConfig | None) -> None:
     """Cells split every pool's instances among cells, which would split GPUs' slices: not modelled."""
     if any(p.mig is not None for p in pools) and cells is not None and cells.get("count", 1) != 1:
         raise ConfigError("cluster.cells.count", "cells over MIG slices are not modelled; use 1 cell or whole GPUs")
 
 
-def instance_slices(pool_of: list[Any]) -> list[tuple[MigSlices, int] | None]:
+def instance_slices(pool_of: Sequence[SlicedPool]) -> list[tuple[MigSlices, int] | None]:
     """Each instance's (pool's slices, its slice number), None on a whole GPU. A pool's instances are
     consecutive and one per slice (resolution refuses DP, autoscaling and cells with MIG)."""
     out: list[tuple[MigSlices, int] | None] = []
@@ -178,7 +204,7 @@ def instance_slices(pool_of: list[Any]) -> list[tuple[MigSlices, int] | None]:
     return out
 
 
-def slice_columns(pool_of: list[Any]) -> dict[str, list]:
+def slice_columns(pool_of: Sequence[SlicedPool]) -> dict[str, list]:
     """instances.parquet's MIG columns (only when some pool is sliced): the price per device (a slice's share
     of its GPU's), the profile ("" on a whole GPU), the sliced GPU it sits on (-1: a whole GPU of its own),
     and the share of a GPU billed to it (1.0 whole)."""
@@ -191,7 +217,7 @@ def slice_columns(pool_of: list[Any]) -> dict[str, list]:
     }
 
 
-def price_per_hour(pool_of: list[Any]) -> list[float]:
+def price_per_hour(pool_of: Sequence[SlicedPool]) -> list[float]:
     """Each instance's hourly price per device: the GPU's price, times the billed share on a slice."""
     slices = instance_slices(pool_of)
     return [s[0].gpu_price_usd_per_hour * s[0].share[s[1]] if s else p.hardware.price_usd_per_gpu_hour for p, s in zip(pool_of, slices)]

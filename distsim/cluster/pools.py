@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -16,6 +17,15 @@ from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
 
+if TYPE_CHECKING:
+    from distsim.autoscale.settings import AutoscaleSettings
+    from distsim.catalog import HardwareSpec, ModelSpec
+    from distsim.cluster.mig import MigSlices
+
+# A pool as written: a node of cluster.pools, or the implicit pool of cluster.instances (a dict); its values
+# are the user's, checked here one by one.
+RawPool = Mapping[str, Any]
+
 ROLES = ("mixed", "prefill", "decode")
 
 
@@ -24,15 +34,15 @@ class PoolSpec:
     name: str
     count: int
     role: str
-    hardware: Any  # distsim.catalog.HardwareSpec
-    model: Any  # distsim.catalog.ModelSpec
+    hardware: HardwareSpec
+    model: ModelSpec
     tensor_parallel_size: int
     engine: EngineParams
     latency: LatencyModel
     key: str  # config path of this pool, for messages
     data_parallel_size: int = 1  # engines per instance, behind vLLM's balancer (distsim.cluster.data_parallel)
-    autoscale: Any = None  # distsim.autoscale.settings.AutoscaleSettings; None: a fixed pool of ``count``
-    mig: Any = None  # distsim.cluster.mig.MigSlices: one instance per slice (``hardware`` is the slice's); None: whole GPUs
+    autoscale: AutoscaleSettings | None = None  # None: a fixed pool of ``count``
+    mig: MigSlices | None = None  # one instance per slice (``hardware`` is the slice's); None: whole GPUs
 
     @property
     def built_count(self) -> int:
@@ -40,7 +50,7 @@ class PoolSpec:
         return self.autoscale.max_replicas if self.autoscale is not None else self.count
 
 
-def _merged(base: Any, overrides: Any, key: str) -> DictConfig:
+def _merged(base: DictConfig, overrides: RawPool | None, key: str) -> DictConfig:
     overrides = overrides or {}
     keys = overrides.keys() if isinstance(overrides, (dict, DictConfig)) else ()
     extra = set(keys) - set(base.keys())
@@ -49,7 +59,7 @@ def _merged(base: Any, overrides: Any, key: str) -> DictConfig:
     return OmegaConf.merge(base, overrides)
 
 
-def _raw_pools(cluster: Any) -> tuple[list[Any], list[str]]:
+def _raw_pools(cluster: DictConfig) -> tuple[list[RawPool], list[str]]:
     """The pools as written (one implicit pool of ``cluster.instances`` when ``cluster.pools`` is
     null) and each one's config path."""
     if cluster.pools is None:
@@ -73,7 +83,7 @@ def _raw_pools(cluster: Any) -> tuple[list[Any], list[str]]:
     return list(cluster.pools), [f"cluster.pools[{i}]" for i in range(len(cluster.pools))]
 
 
-def _check_pool(raw: Any, key: str, names: set[str]) -> None:
+def _check_pool(raw: RawPool, key: str, names: set[str]) -> None:
     if raw["name"] in names:
         raise ConfigError(f"{key}.name", f"pool name {raw['name']!r} used twice")
     names.add(raw["name"])
@@ -83,7 +93,7 @@ def _check_pool(raw: Any, key: str, names: set[str]) -> None:
         raise ConfigError(f"{key}.role", f"must be one of {', '.join(ROLES)} (got {raw['role']!r})")
 
 
-def _engine_params(engine: Any, model: Any, hardware: Any, engine_key: str, gpus_per_node: int | None) -> EngineParams:
+def _engine_params(engine: DictConfig, model: ModelSpec, hardware: HardwareSpec, engine_key: str, gpus_per_node: int | None) -> EngineParams:
     """The instance's engine settings, with the KV capacity derived when not given."""
     from distsim.catalog.capacity import derive_total_kv_blocks
 
@@ -109,7 +119,7 @@ def _engine_params(engine: Any, model: Any, hardware: Any, engine_key: str, gpus
     return params
 
 
-def _resolve_pool(cluster: Any, raw: Any, key: str, model: Any) -> PoolSpec:
+def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec) -> PoolSpec:
     from distsim.catalog import load_hardware
 
     engine_key = "cluster.engine" if key == "cluster" else f"{key}.engine"
@@ -151,7 +161,7 @@ def _check_pools_together(pools: list[PoolSpec]) -> None:
         )
 
 
-def resolve_pools(cluster: Any) -> list[PoolSpec]:
+def resolve_pools(cluster: DictConfig) -> list[PoolSpec]:
     """Check ``cluster`` and resolve its pools: catalog entries, engine settings, KV capacity, step-time
     model. One implicit pool of ``cluster.instances`` when ``cluster.pools`` is null."""
     from distsim.catalog import load_model

@@ -21,6 +21,8 @@ from distsim.validators import choice, integer, ms_to_us, non_negative, positive
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from distsim.policies.base import Admission, Router
+
 SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued_tokens")
 HEDGE_TARGETS = ("router", "least_outstanding", "random")
 
@@ -87,8 +89,8 @@ class HedgeSettings:
 
 @dataclass(frozen=True)
 class PolicySettings:
-    routing: PolicyChoice
-    admission: PolicyChoice
+    routing: PolicyChoice[Router]
+    admission: PolicyChoice[Admission]
     trace_decisions: bool = False
     hedge: HedgeSettings = HedgeSettings()
 

@@ -25,7 +25,7 @@ PRIO_CLUSTER = 10  # other cluster events: delayed deliveries, KV transfers, sig
 PRIO_AUTOSCALE = 20  # autoscaler evaluations and replica changes: after the cluster's events, before steps
 PRIO_INSTANCE = 1000  # instance i's step events run at PRIO_INSTANCE + i
 
-Handler = Callable[[int, Any], None]
+Handler = Callable[[int, Any], None]  # called with the time and the argument scheduled with it, whatever its type
 
 
 class EventLoop:
@@ -38,10 +38,10 @@ class EventLoop:
         self.horizon_us = horizon_us
         self.events = 0
         self.after_event: Callable[[int], None] | None = None
-        self._heap: list[tuple[int, int, int, Handler, Any]] = []
+        self._heap: list[tuple[int, int, int, Handler, object]] = []
         self._seq = itertools.count()
 
-    def schedule(self, time: int, priority: int, handler: Handler, arg: Any = None) -> None:
+    def schedule(self, time: int, priority: int, handler: Handler, arg: object = None) -> None:
         if time < self.now:
             raise SimulationError(f"event scheduled in the past: t={time}us < now={self.now}us ({handler!r})")
         heapq.heappush(self._heap, (time, priority, next(self._seq), handler, arg))
@@ -74,7 +74,7 @@ class EventLoop:
     def pending(self) -> int:
         return len(self._heap)
 
-    def drop(self, *owners: Any) -> int:
+    def drop(self, *owners: object) -> int:
         """Remove the pending events whose handler is a method of one of ``owners`` (timers: the autoscaler's,
         the hedgers', the prefill batchers', once the run has nothing left to do, so they do not prolong it);
         returns how many. O(pending), once per run."""

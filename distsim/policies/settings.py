@@ -9,7 +9,7 @@ and one for admission.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from distsim.registry import Registry
 from distsim.validators import ms_to_us, warn_unread
@@ -17,21 +17,23 @@ from distsim.validators import ms_to_us, warn_unread
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from distsim.policies.base import Admission, PolicyParams, Router
+    from distsim.policies.base import Policy, PolicyParams
+
+P = TypeVar("P", bound="Policy")  # the family: a Router, or an Admission
 
 
 @dataclass(frozen=True)
-class PolicyChoice:
+class PolicyChoice(Generic[P]):
     """A routing or admission policy: its registered class, its checked parameters, and the time its
     decision adds before a request reaches an instance."""
 
     kind: str
-    cls: type[Router] | type[Admission]  # the registered class
+    cls: type[P]  # the registered class
     params: PolicyParams  # an instance of cls.Params
     latency_us: int = 0
 
 
-def policy_choice(node: DictConfig, key: str, registry: Registry) -> PolicyChoice:
+def policy_choice(node: DictConfig, key: str, registry: Registry[type[P]]) -> PolicyChoice[P]:
     """``policy.routing`` or ``policy.admission`` (``key``): the class ``kind`` names, its checked parameters,
     and the decision's latency."""
     cls = registry.get(node.kind)
