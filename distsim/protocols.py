@@ -34,7 +34,7 @@ class Row(Protocol):
 
 
 class SignalSink(Protocol):
-    """The rows of a signal board (distsim.cluster.signals.SignalBoard) that every source writes."""
+    """The rows of a signal board (distsim.signals.board.SignalBoard) that every source writes."""
 
     @property
     def waiting(self) -> Row: ...

@@ -28,14 +28,16 @@ from distsim.config.settings import SimSettings, sim_settings
 from distsim.errors import ConfigError, warn_config
 from distsim.metrics import settings as metrics_settings
 from distsim.request import Request
+from distsim.signals import settings as signal_settings
 from distsim.workload.settings import slo_defaults
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from distsim.cluster.settings import FrontendSettings, PolicySettings, SignalSettings, TransferSettings
+    from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
     from distsim.metrics.settings import FitnessSettings
     from distsim.runtime.settings import RuntimePoolSpec
+    from distsim.signals.settings import SignalSettings
     from distsim.workload.settings import SloDefaults
 
 
@@ -69,7 +71,7 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
     """
     sim = sim_settings(cfg)
     fitness = metrics_settings.fitness(cfg.fitness)
-    signals = cluster_settings.signals(cfg.signals)
+    signals = signal_settings.signals(cfg.signals)
     transfer = cluster_settings.transfer(cfg.cluster.kv_transfer)
     frontend = cluster_settings.frontend(cfg.cluster.frontend)
     policy = cluster_settings.policy(cfg.policy)

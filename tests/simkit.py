@@ -13,13 +13,15 @@ from distsim.cells.build import build_world
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.cluster import Cluster
 from distsim.cluster.pools import PoolSpec
-from distsim.cluster.settings import FrontendSettings, PolicySettings, SignalSettings, TransferSettings
+from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.config.schema import CellsConfig, PolicyConfig, SignalsConfig
 from distsim.events.loop import EventLoop
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.linear import LinearLatency
 from distsim.metrics.recorder import Recorder
 from distsim.request import Request
+from distsim.signals import settings as signal_settings
+from distsim.signals.settings import SignalSettings
 from distsim.workload.settings import SloDefaults
 
 
@@ -65,7 +67,7 @@ def signals(interval_ms: float = 0.0, delay_ms: float = 0.0, jitter_ms: float = 
     node = OmegaConf.structured(SignalsConfig)
     node.refresh_interval_ms, node.transport_delay_ms, node.jitter_ms = interval_ms, delay_ms, jitter_ms
     node.per_signal = per_signal or {}
-    return cluster_settings.signals(node)
+    return signal_settings.signals(node)
 
 
 def cell_settings(pools: list, **keys):

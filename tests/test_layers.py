@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("catalog", ("distsim.catalog",)),  # models, GPUs, MIG profiles, capacity arithmetic
     ("events", ("distsim.events",)),  # the clock, the heap, the random streams
     ("instance", ("distsim.instance",)),  # one vLLM engine, its queues and step-time models
+    ("signals", ("distsim.signals",)),  # what a router sees: the signal board, its view, the prefix index
     ("policies", ("distsim.policies",)),  # routers, admission, scorers and their settings
     ("workload", ("distsim.workload",)),  # request sources, their SLO defaults
     ("cluster", ("distsim.cluster",)),  # pools of instances behind one router; engine checks, pool resolution

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from simkit import engine, policy, run
 
-from distsim.cluster.prefix_index import PrefixIndex
 from distsim.errors import ConfigError
 from distsim.events.rng import stream
 from distsim.instance.latency.linear import LinearLatency
 from distsim.policies.base import ADMISSIONS, ROUTERS, PolicyContext
 from distsim.request import Request
+from distsim.signals.prefix_index import PrefixIndex
 
 
 class FakeView:

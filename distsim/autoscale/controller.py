@@ -28,7 +28,7 @@ import numpy as np
 
 from distsim.autoscale.probe import CompletionWatch, PoolProbe
 from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING, PoolReplicas, Replica
-from distsim.autoscale.sides import LlmSide, RuntimeSide
+from distsim.autoscale.sides import LlmSide, Side
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_AUTOSCALE
 from distsim.events.rng import stream
@@ -48,7 +48,7 @@ class ScaledPool:
     scaler: Scaler
     replicas: PoolReplicas
     watch: CompletionWatch
-    side: LlmSide | RuntimeSide  # where its replicas live
+    side: Side  # where its replicas live
     history: deque = field(default_factory=deque)  # (time_us, recommended count) within the cool-down
     ups: int = 0  # replicas started
     downs: int = 0  # replicas drained, or cancelled while provisioning
@@ -88,7 +88,7 @@ class Autoscaler:
 
     def add(
         self, spec: PoolSpec | RuntimePoolSpec, engines: list[tuple[int, ...]], watch: CompletionWatch,
-        side: LlmSide | RuntimeSide, seed: int,
+        side: Side, seed: int,
     ) -> ScaledPool:
         """An autoscaled pool of ``engines`` (global indices, replica by replica) on ``side``."""
         replicas = PoolReplicas(spec.name, engines, spec.count)

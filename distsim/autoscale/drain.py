@@ -10,11 +10,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from distsim.cluster.view import RouterState
     from distsim.instance.departure import Departure, DepartureListener
     from distsim.instance.instance import Instance
     from distsim.protocols import Replica
     from distsim.request import Request
+    from distsim.signals.view import RouterState
 
 
 def engine_idle(inst: Instance, state: RouterState, i: int) -> bool:

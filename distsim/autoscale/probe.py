@@ -19,8 +19,8 @@ import numpy as np
 from distsim.request import Request, Status
 
 if TYPE_CHECKING:
-    from distsim.cluster.signals import SignalBoard
-    from distsim.cluster.view import RouterState
+    from distsim.signals.board import SignalBoard
+    from distsim.signals.view import RouterState
 
 COMPLETED = Status.COMPLETED
 

@@ -1,5 +1,5 @@
-"""Where an autoscaled pool's replicas live: the LLM cluster's engines, or one request type's batching-runtime
-replicas (distsim.runtime). The controller scales both the same way; a side says what differs: which board
+"""Where an autoscaled pool's replicas live: the LLM cluster's engines (here), or one request type's
+batching-runtime replicas (distsim.runtime.autoscaling.RuntimeSide). The controller scales both the same way; a side says what differs: which board
 and router state its scaler reads (indexed by the side's own position of a unit), when a unit is idle, how
 a draining unit tells it something left, what leaving empties, and how its routers' candidates follow.
 
@@ -10,7 +10,7 @@ billing); ``local`` turns it into the side's index for the board and router stat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -21,7 +21,28 @@ from distsim.autoscale.replicas import SERVING
 if TYPE_CHECKING:
     from distsim.autoscale.replicas import Replica
     from distsim.cluster.cluster import Cluster
-    from distsim.runtime.front import TypeRoute
+    from distsim.signals.board import SignalBoard
+    from distsim.signals.view import RouterState
+
+
+class Side(Protocol):
+    """What the controller asks of the place an autoscaled pool's replicas live (LlmSide here; the batching
+    runtimes' RuntimeSide in distsim.runtime.autoscaling, above this package)."""
+
+    board: SignalBoard  # what its scalers read, indexed by ``local``
+    state: RouterState
+
+    def local(self, engines: Iterable[int]) -> list[int]: ...
+
+    def idle(self, e: int) -> bool: ...
+
+    def drain(self, e: int, poke: Callable[[], None]) -> None: ...
+
+    def leave(self, e: int) -> None: ...
+
+    def update(self, replicas: Iterable[Replica]) -> None: ...
+
+    def candidates(self) -> set[int]: ...
 
 
 class LlmSide:
@@ -63,46 +84,3 @@ class LlmSide:
         for view, _, _ in self.membership.groups:
             members.update(int(m) for m in view.members)
         return members
-
-
-class RuntimeSide:
-    """One request type's runtime replicas (a distsim.runtime.front.TypeRoute): its board, router state and
-    view index a replica by its position in the route. A replica holds no cache, so leaving empties nothing
-    (its type's requests carry no prompt, so the route's prefix index, if any, stays empty)."""
-
-    def __init__(self, route: TypeRoute):
-        self.route = route
-        self.board, self.state = route.board, route.state
-        self.position = {r.index: k for k, r in enumerate(route.replicas)}
-        self.serving = np.ones(len(route.replicas), dtype=bool)
-        self.draining = DrainListeners()
-
-    def local(self, engines: Iterable[int]) -> list[int]:
-        return [self.position[e] for e in engines]
-
-    def idle(self, e: int) -> bool:
-        """Nothing routed to the replica, on its way there, queued, or in a running batch."""
-        k = self.position[e]
-        replica = self.route.replicas[k]
-        return (self.state.outstanding[k] == 0 and self.state.in_transit[k] == 0 and not replica.running
-                and not len(replica.batcher))
-
-    def drain(self, e: int, poke: Callable[[], None]) -> None:
-        self.draining.attach(self.route.replicas[self.position[e]], e, poke)
-
-    def leave(self, e: int) -> None:
-        self.draining.detach(e)
-
-    def update(self, replicas: Iterable[Replica]) -> None:
-        for replica in replicas:
-            self.serving[self.local(replica.engines)] = replica.state == SERVING
-        view = self.route.view
-        new, old = np.flatnonzero(self.serving), view.members
-        if new.size == old.size and np.array_equal(new, old):
-            return
-        view.set_members(new)
-        self.route.router.members_changed(old, new)
-
-    def candidates(self) -> set[int]:
-        return {self.route.replicas[int(k)].index for k in self.route.view.members}
-

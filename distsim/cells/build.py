@@ -27,10 +27,11 @@ from distsim.cells.network import Network
 from distsim.cells.settings import CellSettings
 from distsim.cluster.build import assemble, build_cluster, build_instances
 from distsim.cluster.cluster import Cluster
-from distsim.cluster.settings import FrontendSettings, PolicySettings, SignalSettings, TransferSettings
+from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.instance.instance import Instance
+from distsim.signals.settings import SignalSettings
 from distsim.workload.settings import SloDefaults
 
 if TYPE_CHECKING:

@@ -16,16 +16,17 @@ import numpy as np
 from distsim.cluster.cluster import NO_FRONTEND, Cluster, RecordSink, Routes
 from distsim.cluster.hedging import Hedger
 from distsim.cluster.mig import instance_slices, price_per_hour
-from distsim.cluster.prefix_index import PrefixIndex
-from distsim.cluster.settings import FrontendSettings, PolicySettings, SignalSettings, TransferSettings
-from distsim.cluster.signals import SignalBoard
-from distsim.cluster.view import ClusterView, RouterState
+from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.instance import Instance
 from distsim.policies.base import PolicyContext
 from distsim.policies.settings import PolicyChoice
+from distsim.signals.board import SignalBoard
+from distsim.signals.prefix_index import PrefixIndex
+from distsim.signals.settings import SignalSettings
+from distsim.signals.view import ClusterView, RouterState
 from distsim.workload.settings import SloDefaults
 
 if TYPE_CHECKING:

@@ -19,16 +19,16 @@ import numpy as np
 
 from distsim.cluster.data_parallel import DataParallelBalancer
 from distsim.cluster.hedging import Hedger, HedgeTimers
-from distsim.cluster.prefix_index import PrefixIndex
 from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
-from distsim.cluster.signals import SignalBoard
-from distsim.cluster.view import ClusterView, RouterState
 from distsim.errors import SimulationError, warn_config
 from distsim.events.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.instance.departure import Departure
 from distsim.instance.instance import Instance
 from distsim.policies.base import Router
 from distsim.request import Request, Status
+from distsim.signals.board import SignalBoard
+from distsim.signals.prefix_index import PrefixIndex
+from distsim.signals.view import ClusterView, RouterState
 
 FINISHED, ABORTED = Departure.FINISHED, Departure.ABORTED
 

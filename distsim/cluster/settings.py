@@ -1,6 +1,6 @@
 """The cluster's config sections checked into typed, frozen settings (resolve, then build).
 
-``signals.*`` (how fresh the instance-reported signals are), ``cluster.kv_transfer.*`` (the P/D link),
+``cluster.kv_transfer.*`` (the P/D link),
 ``cluster.frontend.*`` (costs outside the engine) and ``policy.*`` (routing and admission, each a
 distsim.policies.settings.PolicyChoice, and hedging). Values carry their units in their names
 (microseconds, bytes per second); the cluster's builders take these and never read raw config. Checks that
@@ -10,7 +10,7 @@ need the resolved pools too are in distsim.cluster.checks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from distsim.errors import ConfigError
@@ -23,21 +23,7 @@ if TYPE_CHECKING:
 
     from distsim.policies.base import Admission, Router
 
-SIGNALS = ("queue_depth", "running", "kv_utilization", "cache_hit_rate", "queued_tokens")
 HEDGE_TARGETS = ("router", "least_outstanding", "random")
-
-
-@dataclass(frozen=True)
-class SignalSettings:
-    """How fresh instance-reported signals are: per signal (interval_us, jitter_us), 0 = read live;
-    a scrape becomes visible ``transport_delay_us`` after it is taken."""
-
-    cadence: dict[str, tuple[int, int]] = field(default_factory=lambda: {name: (0, 0) for name in SIGNALS})
-    transport_delay_us: int = 0
-
-    @property
-    def live(self) -> bool:
-        return self.transport_delay_us == 0 and all(interval == 0 for interval, _ in self.cadence.values())
 
 
 @dataclass(frozen=True)
@@ -97,29 +83,6 @@ class PolicySettings:
     @property
     def dispatch_us(self) -> int:
         return self.admission.latency_us + self.routing.latency_us
-
-
-def signals(cfg: DictConfig) -> SignalSettings:
-    """``signals.*``: per signal (interval_us, jitter_us), and the transport delay."""
-    interval = ms_to_us("signals.refresh_interval_ms", cfg.refresh_interval_ms)
-    jitter = ms_to_us("signals.jitter_ms", cfg.jitter_ms)
-    if jitter and jitter >= interval:
-        raise ConfigError("signals.jitter_ms", f"must be smaller than refresh_interval_ms (got {cfg.jitter_ms})")
-    cadence = {name: (interval, jitter) for name in SIGNALS}
-    for name, spec in (cfg.per_signal or {}).items():
-        key = f"signals.per_signal.{name}"
-        if name not in cadence:
-            raise ConfigError(key, f"unknown signal; known: {', '.join(SIGNALS)}")
-        spec = spec or {}
-        unknown = set(spec) - {"interval_ms", "jitter_ms"}
-        if unknown:
-            raise ConfigError(f"{key}.{sorted(unknown)[0]}", "unknown key; known: interval_ms, jitter_ms")
-        iv = ms_to_us(f"{key}.interval_ms", spec.get("interval_ms", cfg.refresh_interval_ms))
-        jt = ms_to_us(f"{key}.jitter_ms", spec.get("jitter_ms", 0))
-        if jt and jt >= iv:
-            raise ConfigError(f"{key}.jitter_ms", "must be smaller than interval_ms")
-        cadence[name] = (iv, jt)
-    return SignalSettings(cadence, ms_to_us("signals.transport_delay_ms", cfg.transport_delay_ms))
 
 
 def transfer(cfg: DictConfig) -> TransferSettings:

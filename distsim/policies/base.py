@@ -1,6 +1,6 @@
 """Policy interfaces and registries.
 
-Policies read a read-only view of the cluster (see distsim.cluster.view) and return decisions; they
+Policies read a read-only view of the cluster (see distsim.signals.view) and return decisions; they
 never reach into an instance. A policy draws randomness only from its own stream in the context.
 """
 
@@ -16,7 +16,7 @@ from distsim.policies.registry import ADMISSIONS, ROUTERS  # noqa: F401  (re-exp
 from distsim.request import Request
 
 if TYPE_CHECKING:
-    from distsim.cluster.view import ClusterView
+    from distsim.signals.view import ClusterView
 
 
 @dataclass

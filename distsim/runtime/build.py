@@ -10,10 +10,7 @@ import numpy as np
 
 from distsim.cluster.build import PREFIX_CHUNK_TOKENS
 from distsim.cluster.cluster import Cluster
-from distsim.cluster.prefix_index import PrefixIndex
-from distsim.cluster.settings import PolicySettings, SignalSettings
-from distsim.cluster.signals import SignalBoard
-from distsim.cluster.view import ClusterView, RouterState
+from distsim.cluster.settings import PolicySettings
 from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.policies.base import PolicyContext
@@ -21,6 +18,10 @@ from distsim.protocols import RecordSink
 from distsim.runtime.front import TypedFront, TypeRoute
 from distsim.runtime.replica import RuntimeReplica
 from distsim.runtime.settings import RuntimePoolSpec
+from distsim.signals.board import SignalBoard
+from distsim.signals.prefix_index import PrefixIndex
+from distsim.signals.settings import SignalSettings
+from distsim.signals.view import ClusterView, RouterState
 
 
 def build_replicas(pools: Sequence[RuntimePoolSpec], loop: EventLoop, first: int) -> list[RuntimeReplica]:
@@ -67,7 +68,7 @@ def attach_runtimes(cluster: Cluster, pools: Sequence[RuntimePoolSpec], policy: 
     routes = {name: _route(name, members, policy, signals, loop, seed, extra) for name, members in by_type.items()}
     front = TypedFront(cluster, routes, loop, recorder, policy.routing.latency_us)
     if cluster.autoscaler is not None or any(pool.autoscale is not None for pool in pools):
-        from distsim.autoscale.runtime_pools import attach_runtime_autoscaling
+        from distsim.runtime.autoscaling import attach_runtime_autoscaling
 
         attach_runtime_autoscaling(front, pools, seed)
     return front

@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING
 
 from distsim.cluster.cluster import Cluster, Intake
 from distsim.cluster.hedging import Hedger
-from distsim.cluster.signals import SignalBoard
-from distsim.cluster.view import ClusterView, RouterState
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.instance.departure import Departure
@@ -26,6 +24,8 @@ from distsim.policies.base import Router
 from distsim.protocols import RecordSink
 from distsim.request import Request, Status
 from distsim.runtime.replica import RuntimeReplica
+from distsim.signals.board import SignalBoard
+from distsim.signals.view import ClusterView, RouterState
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +58,7 @@ class TypedFront(Intake):
         for route in routes.values():
             for local, replica in enumerate(route.replicas):
                 replica.departure_listeners.append(self._done_handler(route, local))
-        self.record_listeners = [recorder.done]  # then an autoscaler's (distsim.autoscale.runtime_pools)
+        self.record_listeners = [recorder.done]  # then an autoscaler's (distsim.runtime.autoscaling)
         self.first_arrival_us: int | None = None
         self.arrived = 0  # non-LLM requests (the cluster counts its own)
         self.recorded = 0

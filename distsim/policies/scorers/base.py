@@ -10,8 +10,8 @@ from distsim.policies.scorers.registry import SCORERS  # noqa: F401  (re-exporte
 from distsim.request import Request
 
 if TYPE_CHECKING:
-    from distsim.cluster.view import ClusterView
     from distsim.policies.weighted import WeightedParams
+    from distsim.signals.view import ClusterView
 
 
 class Scorer:

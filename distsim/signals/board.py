@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from distsim.cluster.settings import SIGNALS, SignalSettings
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.protocols import RunSource, SignalSource
+from distsim.signals.settings import SIGNALS, SignalSettings
 
 
 class SignalBoard:

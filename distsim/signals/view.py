@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from distsim.cluster.prefix_index import PrefixIndex
-from distsim.cluster.signals import SignalBoard
 from distsim.events.loop import EventLoop
 from distsim.request import Request
+from distsim.signals.board import SignalBoard
+from distsim.signals.prefix_index import PrefixIndex
 
 
 class RouterState:
