@@ -99,6 +99,7 @@ def _engine_params(engine: Any, model: Any, hardware: Any, engine_key: str, gpus
         enable_chunked_prefill=bool(engine.enable_chunked_prefill),
         enable_prefix_caching=bool(engine.enable_prefix_caching),
         scheduler_reserve_full_isl=bool(engine.scheduler_reserve_full_isl),
+        async_scheduling=bool(engine.async_scheduling),
         scheduler=engine.scheduler,
         max_model_len=max_len,
         cpu_kv_blocks=int(engine.cpu_kv_blocks),

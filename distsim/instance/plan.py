@@ -66,6 +66,12 @@ class StepPlan:
         self.end_us = self.ends_us[idx]
         return True
 
+    def last_begin_us(self) -> int:
+        """When the plan's last step began (the run's last, for a fast-forwarded run)."""
+        if self.ends_us is None or self.steps == 1:
+            return self.begin_us
+        return self.ends_us[self.steps - 2]
+
     def keep_ended_by(self, horizon_us: int) -> bool:
         """Keep only the run's steps that end by ``horizon_us``; False when none does."""
         ends = self.ends_us
