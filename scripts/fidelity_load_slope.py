@@ -13,10 +13,10 @@
    after the next one.
 
 ``--jointfit FILE.json`` runs instead the joint refit (``python -m distsim.fidelity.jointfit``, the shipped
-defaults' command, about 15 minutes) on the pooled prompts with async scheduling
-(docs/data/h100_jointfit_pool_async.json).
+defaults' command, about 10 minutes) with the pooled prompts and async scheduling set explicitly (both are
+the defaults now: the shipped refit, docs/data/h100_jointfit.json, is the same fit).
 
-The first three keep the shipped coefficients; the fourth is the third with the GPU terms of the step-only
+The first two set ``cluster.engine.async_scheduling=false``, the first ``replay.prompts=trace``; the first three keep the shipped coefficients; the fourth is the third with the GPU terms of the step-only
 fit (``STEP_FIT``, before the joint refit moved them on the trace replay) and no host time. Prints and writes a Markdown report: medians, the
 load-slope table, the loaded stage's TTFT percentiles, and the running batch by Little's law.
 """
@@ -44,10 +44,10 @@ FOLDER = ROOT.parent / "shared" / "data" / "h100_vllm_runs"
 STEP_ONLY = [f"cluster.latency.{name}={getattr(STEP_FIT, name)}" for name in (
     "compute_efficiency", "gemm_half_tokens", "memory_efficiency", "layer_overhead_us", "moe_layer_overhead_us",
     "all_reduce_latency_us")] + ["cluster.latency.step_overhead_us=0", "cluster.latency.sequence_overhead_us=0"]
-POOL_ASYNC = ["replay.prompts=pool", "cluster.engine.async_scheduling=true"]
+POOL_ASYNC = ["replay.prompts=pool", "cluster.engine.async_scheduling=true"]  # the shipped replay
 CONFIGS = {  # name -> overrides
-    "trace": [],
-    "pool": ["replay.prompts=pool"],
+    "trace": ["replay.prompts=trace", "cluster.engine.async_scheduling=false"],
+    "pool": ["replay.prompts=pool", "cluster.engine.async_scheduling=false"],
     "pool + async": POOL_ASYNC,
     "pool + async, step-only GPU terms": POOL_ASYNC + STEP_ONLY,
 }

@@ -66,7 +66,7 @@ class EngineParams:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     scheduler_reserve_full_isl: bool = True
-    async_scheduling: bool = False  # vLLM's --async-scheduling (distsim.instance.scheduler)
+    async_scheduling: bool = False  # vLLM's --async-scheduling (distsim.instance.scheduler); the config's default is true
     scheduler: str = "fcfs"
     max_model_len: int | None = None  # longest prompt + output accepted; None: no limit
     cpu_kv_blocks: int = 0  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
