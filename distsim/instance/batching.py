@@ -162,7 +162,7 @@ class PrefillBatcher:
         if not inst.busy:
             inst._wake(now)
         elif head_was_held:  # else a request ahead of it is blocked and the batch could not join anyway
-            inst._cut_run(now)
+            inst._cut_run(now, inst.lag)
 
     # ------------------------------------------------------------------ admission
     def admit_waiting(self, waiting, now: int, budget: int, need_dec: int, chunks: list) -> int:

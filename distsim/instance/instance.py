@@ -157,6 +157,9 @@ class Instance(Scheduler):
         # yet seen by the step being planned; off, every request is (a time never reached)
         self.visible_us = ALWAYS_VISIBLE
         self.late_waits = False  # this step's admission met a request not yet visible: plan one step, no run
+        # async scheduling: a new waiting head cuts a run one boundary later (the first step that can see it;
+        # cutting at the next boundary would give the same results with one step planned alone, and an event, more)
+        self.lag = 1 if params.async_scheduling else 0
         self.kv = KVCache(params.total_kv_blocks)
         self.waiting = QUEUES[params.scheduler]()
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
@@ -263,13 +266,13 @@ class Instance(Scheduler):
         if not self.busy:
             self._wake(now)
         elif self.plan.ends_us is not None and waiting.peek() is req:
-            self._cut_run(now)
+            self._cut_run(now, self.lag)
 
-    def _cut_run(self, now: int) -> None:
+    def _cut_run(self, now: int, lag: int = 0) -> None:
         """Work that could join a fast-forwarded run arrived: end the run at the next step boundary (if a
-        sequence slot is free for it)."""
+        sequence slot is free for it), or ``lag`` boundaries later."""
         if len(self.running) < self.max_seqs:
-            self._cut(now)
+            self._cut(now, lag)
 
     def _new_work(self, now: int) -> None:
         """Work that could run arrived (a landed KV or CPU load, an incoming KV's blocks to reserve): wake
@@ -279,10 +282,10 @@ class Instance(Scheduler):
         else:
             self._cut_run(now)
 
-    def _cut(self, now: int) -> None:
+    def _cut(self, now: int, lag: int = 0) -> None:
         """End a fast-forwarded run at the next step boundary whatever joins (a cancelled request leaves)."""
         plan = self.plan
-        if plan.ends_us is not None and plan.cut(now):
+        if plan.ends_us is not None and plan.cut(now, lag):
             self.version = version = self.version + 1
             self.loop.schedule(plan.end_us, self.priority, self._event, version)
 

@@ -20,8 +20,9 @@ behind came later), an ordered queue (priority, shortest_prompt) sets it aside f
 the best request already visible. A request reaching a busy engine mid-step is thus first computed in the
 step after the next. If the new step would run nothing else, the engine schedules at once, as an idle one
 does: every waiting request is visible. A step whose admission met a late request is planned alone, not
-as a fast-forwarded run, so the late request joins at the next boundary exactly as stepping one by one
-(a run is cut at the first boundary after an arrival as before; the late request waits there one step).
+as a fast-forwarded run, so the late request joins at the next boundary exactly as stepping one by one; a
+request reaching the queue's head during a run cuts it one boundary later than without async scheduling
+(``StepPlan.cut``'s lag: the first boundary whose step can see it; the same results, one event fewer).
 Preempted requests and those back from a CPU tier load keep their first enqueue time: they were seen
 before, never late. A windowed batch (distsim.instance.batching) becomes visible when it closes.
 Simplified: P/D requests landing on a decode engine join at the next boundary (in vLLM a finished KV
