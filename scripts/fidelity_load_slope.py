@@ -8,17 +8,15 @@
    fixed prompt per user, repeated every round, so that vLLM's prefix cache held the whole prompt after
    its first round (:func:`distsim.fidelity.suite.replay.data.pool_trace`).
 3. ``pool + async``: the same, with vLLM V1's asynchronous scheduling (on by default in the vLLM 0.15 the
-   runs used) *emulated here, for this measurement only*: step N+1 is scheduled while step N runs, so a
-   request that reaches a busy engine is first scheduled into the step after the next one. distsim's
-   scheduler (distsim/instance) does not do this; the change it needs is in docs/fidelity.md ("Reading
-   the results (issue 24)"). The emulation patches the instance's admission in this process.
+   runs used): ``cluster.engine.async_scheduling=true`` (distsim/instance/scheduler.py): step N+1 is
+   scheduled while step N runs, so a request that reaches a busy engine is first scheduled into the step
+   after the next one.
 
-``--jointfit FILE.json [--gpu TERMS]`` runs instead the joint refit (``python -m distsim.fidelity.jointfit``,
-the shipped defaults' command, about 15 minutes) on the pooled prompts with async scheduling emulated: what
-the shipped values would become once distsim schedules as vLLM does (docs/data/h100_jointfit_pool_async.json;
-with ``moe_layer_overhead_us`` among the terms, docs/data/h100_jointfit_pool_async_moe.json).
+``--jointfit FILE.json`` runs instead the joint refit (``python -m distsim.fidelity.jointfit``, the shipped
+defaults' command, about 10 minutes) with the pooled prompts and async scheduling set explicitly (both are
+the defaults now: the shipped refit, docs/data/h100_jointfit.json, is the same fit).
 
-The first three keep the shipped coefficients; the fourth is the third with the GPU terms of the step-only
+The first two set ``cluster.engine.async_scheduling=false``, the first ``replay.prompts=trace``; the first three keep the shipped coefficients; the fourth is the third with the GPU terms of the step-only
 fit (``STEP_FIT``, before the joint refit moved them on the trace replay) and no host time. Prints and writes a Markdown report: medians, the
 load-slope table, the loaded stage's TTFT percentiles, and the running batch by Little's law.
 """
@@ -28,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -47,64 +44,23 @@ FOLDER = ROOT.parent / "shared" / "data" / "h100_vllm_runs"
 STEP_ONLY = [f"cluster.latency.{name}={getattr(STEP_FIT, name)}" for name in (
     "compute_efficiency", "gemm_half_tokens", "memory_efficiency", "layer_overhead_us", "moe_layer_overhead_us",
     "all_reduce_latency_us")] + ["cluster.latency.step_overhead_us=0", "cluster.latency.sequence_overhead_us=0"]
-POOL_ASYNC = ["replay.prompts=pool", "sim.fast_forward=false"]
-CONFIGS = {  # name -> (overrides, async scheduling emulated)
-    "trace": ([], False),
-    "pool": (["replay.prompts=pool"], False),
-    "pool + async": (POOL_ASYNC, True),
-    "pool + async, step-only GPU terms": (POOL_ASYNC + STEP_ONLY, True),
+POOL_ASYNC = ["replay.prompts=pool", "cluster.engine.async_scheduling=true"]  # the shipped replay
+CONFIGS = {  # name -> overrides
+    "trace": ["replay.prompts=trace", "cluster.engine.async_scheduling=false"],
+    "pool": ["replay.prompts=pool", "cluster.engine.async_scheduling=false"],
+    "pool + async": POOL_ASYNC,
+    "pool + async, step-only GPU terms": POOL_ASYNC + STEP_ONLY,
 }
 
 
-def async_scheduling() -> Callable[[], None]:
-    """Patch the instance so that a request enqueued while a step runs waits for the step after the next
-    (vLLM V1's async scheduling); returns the function that undoes the patch. Every step must be planned
-    one by one (``sim.fast_forward=false``) so that each step's start is known."""
-    from distsim.instance.instance import Instance
-
-    saved = {name: getattr(Instance, name) for name in ("_enqueue", "_plan_step", "_plan_next", "_admit_waiting")}
-    enqueued: dict[int, int] = {}
-
-    def _enqueue(self, req, now):
-        enqueued[req.request_id] = now
-        self._idle_at = None if self.busy else now
-        saved["_enqueue"](self, req, now)
-
-    def _plan_step(self, now, c, chunks, need_dec):
-        self._step_began = now
-        saved["_plan_step"](self, now, c, chunks, need_dec)
-
-    def _plan_next(self, now):
-        # what step N+1 takes was decided when step N began; an idle engine decides at once
-        self._decided_at = now if getattr(self, "_idle_at", None) == now else getattr(self, "_step_began", now)
-        saved["_plan_next"](self, now)
-
-    def _admit_waiting(self, waiting, now, budget, need_dec, chunks):
-        head = waiting.peek() if waiting else None
-        late = head is not None and enqueued.get(head.request_id, -1) > getattr(self, "_decided_at", now)
-        if late and (chunks or self.decoders.count):
-            return budget
-        return saved["_admit_waiting"](self, waiting, now, budget, need_dec, chunks)
-
-    for name, fn in (("_enqueue", _enqueue), ("_plan_step", _plan_step), ("_plan_next", _plan_next),
-                     ("_admit_waiting", _admit_waiting)):
-        setattr(Instance, name, fn)
-    return lambda: [setattr(Instance, name, fn) for name, fn in saved.items()]
-
-
-def replay_all(suite: Suite, overrides: list[str], emulate_async: bool) -> pd.DataFrame:
+def replay_all(suite: Suite, overrides: list[str]) -> pd.DataFrame:
     """Every comparable run replayed: the suite's table (run, stage, metric, measured, simulated, ...)."""
-    undo = async_scheduling() if emulate_async else None
-    try:
-        tables = []
-        for run in suite.runs:
-            if skip_reason(run, suite) is None:
-                sim = simulated_requests(run, suite_config(run, overrides))
-                tables.append(compare_run(run, sim, suite.measured_for(run), []))
-        return pd.concat(tables, ignore_index=True)
-    finally:
-        if undo is not None:
-            undo()
+    tables = []
+    for run in suite.runs:
+        if skip_reason(run, suite) is None:
+            sim = simulated_requests(run, suite_config(run, overrides))
+            tables.append(compare_run(run, sim, suite.measured_for(run), []))
+    return pd.concat(tables, ignore_index=True)
 
 
 def _pct(x: float) -> str:
@@ -155,47 +111,34 @@ def stage_lines(suite: Suite, tables: dict[str, pd.DataFrame]) -> list[str]:
     return lines
 
 
-JOINTFIT = [  # the shipped defaults' joint refit (docs/fidelity.md), on the pooled prompts, every step planned
+JOINTFIT = [  # the shipped defaults' joint refit (docs/fidelity.md), on the pooled prompts with async scheduling
     "../shared/data/h100_vllm_runs", "../shared/data/h100_steps", "cluster.latency.kind=roofline3",
     "cluster.latency.step_overhead_us=0", "cluster.latency.sequence_overhead_us=0", "cluster.frontend.request_us=0",
     "cluster.frontend.per_input_token_us=6.6226", *POOL_ASYNC,
+    "--gpu", "memory_efficiency,layer_overhead_us,moe_layer_overhead_us,compute_efficiency,gemm_half_tokens",
 ]
-# the GPU terms the refit moves: the shipped refit's less moe_layer_overhead_us, which the MoE tables pin
-# (moved, Qwen3-30B-A3B's table held out goes to 13.4%: docs/fidelity.md)
-GPU_TERMS = "memory_efficiency,layer_overhead_us,compute_efficiency,gemm_half_tokens"
 
 
-def joint_refit(out: str, gpu: str = GPU_TERMS) -> int:
-    """The joint refit with async scheduling emulated (in this process and in the pool's workers, which
-    fork from it); the JSON records this script's command."""
-    import json
-    import multiprocessing
+def joint_refit(out: str) -> int:
+    """The joint refit on the pooled prompts with async scheduling (``python -m distsim.fidelity.jointfit``
+    with this script's overrides, run from the repository's root)."""
     import os
 
     from distsim.fidelity import jointfit
 
-    multiprocessing.set_start_method("fork", force=True)  # the workers inherit the patched instance
     os.chdir(ROOT)
-    async_scheduling()
-    rc = jointfit.main([*JOINTFIT, "--gpu", gpu, "--out", out])
-    if rc == 0:
-        body = json.loads(Path(out).read_text(encoding="utf-8"))
-        body["command"] = f"python scripts/fidelity_load_slope.py --jointfit {out} --gpu {gpu}"
-        body["emulated"] = "vLLM's async scheduling (scripts/fidelity_load_slope.py, async_scheduling)"
-        Path(out).write_text(json.dumps(body, indent=2, allow_nan=True) + "\n", encoding="utf-8")
-    return rc
+    return jointfit.main([*JOINTFIT, "--out", out])
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "docs" / "data" / "load_slope.md"))
     p.add_argument("--jointfit", default=None, metavar="FILE.json", help="run the joint refit instead (15 min)")
-    p.add_argument("--gpu", default=GPU_TERMS, help="with --jointfit: the GPU terms refitted, comma-separated")
     args = p.parse_args(argv)
     if args.jointfit:
-        return joint_refit(args.jointfit, args.gpu)
+        return joint_refit(args.jointfit)
     suite = read_suite(FOLDER)
-    tables = {name: replay_all(suite, over, emulate) for name, (over, emulate) in CONFIGS.items()}
+    tables = {name: replay_all(suite, over) for name, over in CONFIGS.items()}
     text = "\n".join([
         "# Load slope of the H100 runs, replayed four ways (scripts/fidelity_load_slope.py)", "",
         "Shipped coefficients but in the last column (the step-only fit's GPU terms, no host time);"

@@ -136,7 +136,9 @@ def test_real_bench_run_carries_its_engine_settings():
     bench = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "llmservingsim_bench"
     ada = read_run(bench / "RTX4090_Llama-3.1-8B")
     assert ada.engine.scheduler_reserve_full_isl is True and ada.engine.total_kv_blocks == 2588
+    assert ada.engine.async_scheduling is True  # vLLM 0.19's default, recorded
     assert ada.engine.max_num_seqs == 256 and ada.engine.max_num_batched_tokens == 2048
     pro = read_run(bench / "RTXPRO6000_Llama-3.1-8B")
     assert pro.engine.scheduler_reserve_full_isl is None and pro.engine.total_kv_blocks is None
+    assert pro.engine.async_scheduling is None  # not recorded: the config's default (true, as in vLLM 0.19)
     assert pro.engine.max_num_seqs == 128

@@ -23,7 +23,11 @@ from distsim.validate import validate
 
 TRUTH = {"base_us": 2000.0, "per_prefill_token_us": 1.5, "per_decode_token_us": 200.0}
 ENGINE = EngineSettings(  # max_model_len as a vLLM run records it: 5000 blocks hold 80,000 tokens, not a 131,072 context
-    max_num_seqs=16, max_num_batched_tokens=512, total_kv_blocks=5000, enable_prefix_caching=False, max_model_len=8192
+    max_num_seqs=16, max_num_batched_tokens=512, total_kv_blocks=5000, enable_prefix_caching=False, max_model_len=8192,
+    # synchronous: with async scheduling a request's first token waits one more step, which ties mean TTFT to
+    # the decode step, and from the start below the fit lands on another point of nearly the same error
+    # (base 2227 us, 169 us per decode token): this test is about the fit recovering a model, not about that
+    async_scheduling=False,
 )
 
 

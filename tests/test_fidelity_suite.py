@@ -103,7 +103,7 @@ def test_broken_experiments_csv_is_one_error(tmp_path, capsys):
 
 def test_prompt_pool_override_is_the_suites_own():
     assert suite_cli.split_overrides(["a.b=1", "replay.prompts=pool", "c=2"]) == (["a.b=1", "c=2"], "pool")
-    assert suite_cli.split_overrides(["a.b=1"]) == (["a.b=1"], "trace")
+    assert suite_cli.split_overrides(["a.b=1"]) == (["a.b=1"], "pool")  # inference-perf's prompt pool, the default
     for bad in ("replay.prompts=all", "replay.prompts"):
         with pytest.raises(UserError, match="replay.prompts must be trace or pool"):
             suite_cli.split_overrides([bad])

@@ -266,7 +266,9 @@ def test_the_default_is_off_and_outputs_keep_their_columns():
     assert not any(c.startswith("prefill_batch") for c in base.instances.columns)
     on = simulate(load_config([*TINY, "cluster.engine.prefill_batch_min=4", "cluster.engine.prefill_batch_window_ms=40"]))
     cols = on.instances[["prefill_batches", "prefill_batches_expired", "prefill_batch_held", "prefill_batch_hold_ms"]]
-    assert (cols["prefill_batches"] > 0).all() and (cols["prefill_batch_hold_ms"] > 0).all()
+    # every instance closes batches; with async scheduling (the default) one of the two closes each at once
+    # here (a prompt whose tokens fill the step), so the holding is asked of the cluster, not of each
+    assert (cols["prefill_batches"] > 0).all() and (cols["prefill_batch_hold_ms"] > 0).any()
     assert (cols["prefill_batch_hold_ms"] <= 40.0).all() and on.summary["requests"]["completed"] == 80
 
 

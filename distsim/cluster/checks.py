@@ -55,6 +55,7 @@ def engine(engine: DictConfig, key: str) -> None:
         engine.activation_reserve_fraction,
     )
     need(engine.total_kv_blocks is None or engine.total_kv_blocks >= 1, "total_kv_blocks", "must be >= 1 or null", engine.total_kv_blocks)
+    need(isinstance(engine.async_scheduling, bool), "async_scheduling", "must be true or false", engine.async_scheduling)
     need(engine.scheduler in QUEUES, "scheduler", f"must be one of {', '.join(sorted(QUEUES))}", engine.scheduler)
     cpu = engine.cpu_kv_blocks
     need(

@@ -37,6 +37,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     scheduler_reserve_full_isl: bool = True  # admit a waiting request only if its whole sequence fits (vLLM >= 0.19)
+    async_scheduling: bool = True  # vLLM's --async-scheduling (its default by 0.15): step N+1 is scheduled when step N begins
     activation_reserve_fraction: float = 0.05  # of GPU memory, kept for activations and the CUDA graphs
     scheduler: str = "fcfs"  # waiting-queue order: fcfs | priority | shortest_prompt
     cpu_kv_blocks: int = 0  # host-memory KV tier in blocks (vLLM's KV offloading); 0: off
@@ -116,8 +117,8 @@ class FrontendConfig:
 
     # fitted on the real vLLM runs on H100 with roofline3's terms (docs/fidelity.md; docs/data/h100_jointfit.json);
     # the issue-17 roofline was fitted with 1778 / 5.48 / 15.5 (docs/data/h100_fit.json)
-    request_us: float = 5954.0
-    per_input_token_us: float = 2.049
+    request_us: float = 0.0
+    per_input_token_us: float = 13.1365
     per_output_token_us: float = 0.0
 
 

@@ -117,6 +117,10 @@ def _engine_settings(meta: dict[str, Any], path: Path) -> EngineSettings:
                 "resolved_config.scheduler_config.scheduler_reserve_full_isl",
                 sched.get("scheduler_reserve_full_isl"),
             ),
+            "async_scheduling": (
+                "resolved_config.scheduler_config.async_scheduling",
+                sched.get("async_scheduling"),
+            ),
             "tensor_parallel_size": (
                 "engine_kwargs.tensor_parallel_size",
                 kwargs.get("tensor_parallel_size"),

@@ -45,6 +45,7 @@ class EngineSettings:
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
     scheduler_reserve_full_isl: bool | None = None
+    async_scheduling: bool | None = None  # vLLM's --async-scheduling
     tensor_parallel_size: int | None = None
     data_parallel_size: int | None = None  # engine replicas behind one API server (vLLM --data-parallel-size)
     enable_expert_parallel: bool | None = None  # MoE experts spread over the tp x dp GPUs

@@ -109,6 +109,7 @@ class PrefillBatcher:
         inst.waiting.append(req)
         inst.waiting_tokens += req.prompt_tokens + req.generated
         inst._publish_queue()
+        req.seq.enqueued_us = now
         self.held.append((now, req))
         self.held_tokens += req.prompt_tokens
         self.held_requests += 1
@@ -151,6 +152,8 @@ class PrefillBatcher:
         self.batches += 1
         self.expired += expired
         self.hold_us += sum(now - t for t, _ in self.held)
+        for _, req in self.held:
+            req.seq.enqueued_us = now  # async scheduling: the scheduler sees the batch from its close
         self.held.clear()
         self.held_tokens = 0
         if self.timer_us is not None:  # closed before its window ended: its wake-up goes stale (the cluster
@@ -159,7 +162,7 @@ class PrefillBatcher:
         if not inst.busy:
             inst._wake(now)
         elif head_was_held:  # else a request ahead of it is blocked and the batch could not join anyway
-            inst._cut_run(now)
+            inst._cut_run(now, inst.lag)
 
     # ------------------------------------------------------------------ admission
     def admit_waiting(self, waiting, now: int, budget: int, need_dec: int, chunks: list) -> int:

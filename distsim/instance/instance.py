@@ -52,6 +52,7 @@ from distsim.request import Request, Status
 WAITING, PREFILL, DECODE, DONE, HANDED_OFF = Phase
 COMPLETED = Status.COMPLETED
 FINISHED = Departure.FINISHED
+ALWAYS_VISIBLE = 1 << 62  # async scheduling off: every waiting request is visible to the step being planned
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class EngineParams:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     scheduler_reserve_full_isl: bool = True
+    async_scheduling: bool = False  # vLLM's --async-scheduling (distsim.instance.scheduler); the config's default is true
     scheduler: str = "fcfs"
     max_model_len: int | None = None  # longest prompt + output accepted; None: no limit
     cpu_kv_blocks: int = 0  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
@@ -113,7 +115,8 @@ class Instance(Scheduler):
         self.version = 0  # the live event's tag: an event of a plan cut short finds it changed
         self.plan = StepPlan()
         self.decoders = DecodeSet(params.block_size)
-        self._event = self._on_event  # bound once: every step schedules it
+        # bound once: every step schedules it (with async scheduling, a wrapper that notes what was visible)
+        self._event = self._on_event_async if params.async_scheduling else self._on_event
         self.on_first_token: Callable[[Request, int], None] | None = None  # with hedging (see connect)
         self._set_parts(params, cpu, cancellable)
 
@@ -150,6 +153,13 @@ class Instance(Scheduler):
         self.chunked = params.enable_chunked_prefill
         self.reserve_full = params.scheduler_reserve_full_isl
         self.max_model_len = params.max_model_len
+        # async scheduling (distsim.instance.scheduler): a waiting request enqueued after ``visible_us`` is not
+        # yet seen by the step being planned; off, every request is (a time never reached)
+        self.visible_us = ALWAYS_VISIBLE
+        self.late_waits = False  # this step's admission met a request not yet visible: plan one step, no run
+        # async scheduling: a new waiting head cuts a run one boundary later (the first step that can see it;
+        # cutting at the next boundary would give the same results with one step planned alone, and an event, more)
+        self.lag = 1 if params.async_scheduling else 0
         self.kv = KVCache(params.total_kv_blocks)
         self.waiting = QUEUES[params.scheduler]()
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
@@ -247,6 +257,7 @@ class Instance(Scheduler):
         return self.chunked or req.prompt_tokens <= self.max_tokens
 
     def _enqueue(self, req: Request, now: int) -> None:
+        req.seq.enqueued_us = now
         waiting = self.waiting
         waiting.append(req)
         self.waiting_tokens += req.prompt_tokens + req.generated
@@ -255,13 +266,13 @@ class Instance(Scheduler):
         if not self.busy:
             self._wake(now)
         elif self.plan.ends_us is not None and waiting.peek() is req:
-            self._cut_run(now)
+            self._cut_run(now, self.lag)
 
-    def _cut_run(self, now: int) -> None:
+    def _cut_run(self, now: int, lag: int = 0) -> None:
         """Work that could join a fast-forwarded run arrived: end the run at the next step boundary (if a
-        sequence slot is free for it)."""
+        sequence slot is free for it), or ``lag`` boundaries later."""
         if len(self.running) < self.max_seqs:
-            self._cut(now)
+            self._cut(now, lag)
 
     def _new_work(self, now: int) -> None:
         """Work that could run arrived (a landed KV or CPU load, an incoming KV's blocks to reserve): wake
@@ -271,10 +282,10 @@ class Instance(Scheduler):
         else:
             self._cut_run(now)
 
-    def _cut(self, now: int) -> None:
+    def _cut(self, now: int, lag: int = 0) -> None:
         """End a fast-forwarded run at the next step boundary whatever joins (a cancelled request leaves)."""
         plan = self.plan
-        if plan.ends_us is not None and plan.cut(now):
+        if plan.ends_us is not None and plan.cut(now, lag):
             self.version = version = self.version + 1
             self.loop.schedule(plan.end_us, self.priority, self._event, version)
 
@@ -296,6 +307,14 @@ class Instance(Scheduler):
         self._plan_next(now)
         if self.board is not None:
             self.publish_to(self.board)
+
+    def _on_event_async(self, now: int, version: int) -> None:
+        """The step event under async scheduling: the next step was scheduled when the one ending now began
+        (a run's last step), so only requests enqueued by then are visible; an idle engine sees all at once."""
+        if version == self.version:
+            plan = self.plan
+            self.visible_us = plan.last_begin_us() if plan.steps else now
+        self._on_event(now, version)
 
     def _apply_plan(self, now: int) -> None:
         """Everything that happens at the end of the planned step(s)."""

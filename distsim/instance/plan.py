@@ -57,14 +57,23 @@ class StepPlan:
             return None
         return [end - begin for begin, end in zip([self.begin_us, *ends], ends)]
 
-    def cut(self, now: int) -> bool:
-        """End the run at the first step boundary at or after ``now``; False when that is its end anyway."""
+    def cut(self, now: int, lag: int = 0) -> bool:
+        """End the run at the first step boundary at or after ``now`` (``lag`` 1: at the one after it, unless
+        ``now`` is the run's start; async scheduling); False when that is its end anyway."""
         idx = bisect_left(self.ends_us, now)
+        if lag and now > self.begin_us:
+            idx += 1
         if idx >= self.steps - 1:
             return False
         self.steps = idx + 1
         self.end_us = self.ends_us[idx]
         return True
+
+    def last_begin_us(self) -> int:
+        """When the plan's last step began (the run's last, for a fast-forwarded run)."""
+        if self.ends_us is None or self.steps == 1:
+            return self.begin_us
+        return self.ends_us[self.steps - 2]
 
     def keep_ended_by(self, horizon_us: int) -> bool:
         """Keep only the run's steps that end by ``horizon_us``; False when none does."""

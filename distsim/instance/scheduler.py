@@ -11,6 +11,25 @@ decode engine admits landed requests first, then reserves blocks for incoming KV
 waiting queue in; a CPU KV tier may take a request out of the queue to load its blocks
 (distsim.instance.cpu_loads).
 
+Async scheduling (``cluster.engine.async_scheduling``, vLLM's ``--async-scheduling``). vLLM schedules step
+N+1 when step N begins, while it runs, so what step N+1 admits is what the queue held when step N began.
+Modelled: each request notes when it joined the waiting queue (``SeqState.enqueued_us``); the step event
+notes when the step that just ended began (a fast-forwarded run's last step: ``StepPlan.last_begin_us``),
+and admission does not see a request enqueued after that (``visible_us``): FCFS stops at it (everyone
+behind came later), an ordered queue (priority, shortest_prompt) sets it aside for this admission and takes
+the best request already visible. A request reaching a busy engine mid-step is thus first computed in the
+step after the next. If the new step would run nothing else, the engine schedules at once, as an idle one
+does: every waiting request is visible. A step whose admission met a late request is planned alone, not
+as a fast-forwarded run, so the late request joins at the next boundary exactly as stepping one by one; a
+request reaching the queue's head during a run cuts it one boundary later than without async scheduling
+(``StepPlan.cut``'s lag: the first boundary whose step can see it; the same results, one event fewer).
+Preempted requests and those back from a CPU tier load keep their first enqueue time: they were seen
+before, never late. A windowed batch (distsim.instance.batching) becomes visible when it closes.
+Simplified: P/D requests landing on a decode engine join at the next boundary (in vLLM a finished KV
+receive is also noticed one step late); the scheduler's own decisions (running requests, preemption,
+blocks) use the state at the boundary, not the state one step earlier; the step's time is unchanged (vLLM
+hides the host's scheduling behind the GPU step: the fitted host terms carry what remains).
+
 :class:`Scheduler` is the base class of :class:`~distsim.instance.instance.Instance` and reads and writes
 the instance's state (declared there): one object, so the hot path pays no indirection for the split.
 The instance's own module has the step cycle around it (the event, applying a finished step, arrivals).
@@ -60,7 +79,8 @@ class Scheduler:
             self._admit(now, budget, need_dec, chunks)
         if not chunks and not dec.count:
             self._go_idle()
-        elif chunks or preempted or not self.fast_forward or not self._plan_run(now, c, need_dec):
+        elif chunks or preempted or not self.fast_forward or self.late_waits or not self._plan_run(now, c, need_dec):
+            self.late_waits = False  # a late request waits (async scheduling): it is visible after one step
             self._plan_step(now, c, chunks, need_dec)
 
     def _schedule_running(self, now: int, need_dec: int) -> tuple[list[tuple[Request, int]], int, bool]:
@@ -221,16 +241,28 @@ class Scheduler:
         seq.clear(phase)
         del self.running[req.request_id]
 
-    def _admit_waiting(
+    def _admit_waiting(  # long: vLLM's waiting loop in one place, the hot path of admission
         self, waiting, now: int, budget: int, need_dec: int, chunks: list[tuple[Request, int]]
     ) -> int:
         """Admit requests from ``waiting`` (the queue, or the part of it a queueing discipline lets in) in
-        queue order while budget, sequence cap and blocks allow."""
+        queue order while budget, sequence cap and blocks allow. With async scheduling a request enqueued
+        after ``visible_us`` is not seen yet, unless the step would run nothing else."""
         bs = self.bs
         kv = self.kv
         cpu = self.cpu
+        visible = self.visible_us
+        hid = False
         while waiting and budget > 0 and len(self.running) < self.max_seqs:
             req = waiting.peek()
+            if req.seq.enqueued_us > visible:  # async scheduling: it came after this step was scheduled
+                if chunks or self.decoders.count:
+                    self.late_waits = True
+                    if not hasattr(waiting, "set_aside"):
+                        break  # FCFS: every request behind it came later still
+                    waiting.set_aside()  # an ordered queue: the best request already visible goes next
+                    hid = True
+                    continue
+                visible = now  # nothing else would run: the engine schedules at once, as an idle one does
             total = req.prompt_tokens + req.generated
             hits = from_evictable = 0
             if self.caching and req.block_hashes is not None:
@@ -259,6 +291,8 @@ class Scheduler:
             self._start_prefill(req, now, hits, n, nb)
             chunks.append((req, n))
             budget -= n
+        if hid:
+            waiting.restore_aside()
         return budget
 
     def _start_prefill(self, req: Request, now: int, hits: int, n: int, nb: int) -> None:

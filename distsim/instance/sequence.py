@@ -31,6 +31,7 @@ class SeqState:
     decode_offset: int = 0  # decode phase: generated = decode_offset + the instance's step index
     decode_epoch: int = -1  # bumps on every join and leave of the decode set: older finish entries are stale
     prefilled: int = 0  # prompt tokens computed here, recomputes included (kept over a preemption): work done
+    enqueued_us: int = 0  # when it joined the waiting queue (async scheduling: visible to the scheduler from then)
 
     def clear(self, phase: Phase) -> None:
         """Forget the blocks and the computed KV (they were released or passed on) and enter ``phase``.

@@ -24,8 +24,11 @@ PREVIOUS = [
     "cluster.frontend.per_output_token_us=15.5",
 ]
 RUNFIT = Path("docs") / "data" / "h100_runfit.json"
-RUNFIT_COMMAND = (
-    "python -m distsim.fidelity.runfit ../shared/data/h100_vllm_runs cluster.latency.kind=roofline3 --lomo "
+RUNFIT_COMMAND = (  # the GPU terms at the step-only fit (STEP_FIT in roofline3.py), not the shipped joint values
+    "python -m distsim.fidelity.runfit ../shared/data/h100_vllm_runs cluster.latency.kind=roofline3 "
+    "cluster.latency.compute_efficiency=0.7531 cluster.latency.gemm_half_tokens=80.34 "
+    "cluster.latency.memory_efficiency=0.7942 cluster.latency.layer_overhead_us=31.58 "
+    "cluster.latency.moe_layer_overhead_us=51.70 cluster.latency.all_reduce_latency_us=10.0 --lomo "
     "--out docs/data/h100_runfit.json"
 )
 PINNED_BY = {

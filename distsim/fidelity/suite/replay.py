@@ -9,9 +9,10 @@ trace through distsim's ``csv`` trace reader with ``prefix_group`` mapped onto s
 prompt length). Overrides go on top and win over the run's values (``workload.num_requests=200`` caps a
 replay). One override is the suite's own, not a config key: ``replay.prompts=pool`` replays each trace
 with inference-perf's prompt pool (every ``user`` of the trace sends one fixed prompt, again and again,
-so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite.replay.data.pool_trace`);
-``replay.prompts=trace`` (the default) takes the trace as written, a fresh question behind the shared
-system prompt in every request. The simulated requests give the same per-stage metrics by the same definitions
+so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite.replay.data.pool_trace`;
+the default, as inference-perf's ``shared_prefix`` generator sent the real requests);
+``replay.prompts=trace`` takes the trace as written, a fresh question behind the shared
+system prompt in every request (docs/fidelity.md, "Load slope"). The simulated requests give the same per-stage metrics by the same definitions
 (:mod:`distsim.fidelity.suite.replay.metrics`); error % = (simulated - measured) / measured x 100.
 
 Writes DIR/suite.csv (one row per run, stage and metric, with each peer's recorded ``mpe``) and
@@ -49,7 +50,7 @@ from distsim.workload.schema import WorkloadConfig
 from distsim.workload.source import SYNTHETIC_ONLY
 
 HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean")
-PROMPTS = "replay.prompts"  # the suite's own override: trace (the default) | pool
+PROMPTS = "replay.prompts"  # the suite's own override: pool (the default) | trace
 DISTSIM = "distsim"
 TABLE_COLUMNS = ("run", "model", "tp", "workload", "stage", "metric", "measured", "simulated", "error_pct")
 
@@ -95,8 +96,8 @@ def run_settings(run: SuiteRun) -> dict[str, Any]:
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[list[str], str]:
-    """The config overrides and the suite's own ``replay.prompts`` value (``trace`` when not given)."""
-    config, prompts = [], "trace"
+    """The config overrides and the suite's own ``replay.prompts`` value (``pool`` when not given)."""
+    config, prompts = [], "pool"
     for line in overrides:
         key, sep, value = str(line).partition("=")
         if key.strip() != PROMPTS:

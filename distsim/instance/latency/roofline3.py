@@ -82,22 +82,22 @@ class Roofline3Coefficients:
     # GPU terms: python -m distsim.fidelity.steps ../shared/data/h100_steps cluster.latency.kind=roofline3 --nnls
     # (the step-only fit; STEP_FIT), then the five the runs move refitted on the 13 H100 runs with every step
     # table's error at most 2 points above that fit (python -m distsim.fidelity.jointfit, docs/data/h100_jointfit.json)
-    compute_efficiency: float = 0.722687  # step-only 0.7531
-    gemm_half_tokens: float = 0.0  # step-only 80.34
+    compute_efficiency: float = 0.730337  # step-only 0.7531
+    gemm_half_tokens: float = 21.7237  # step-only 80.34
     expert_compute_efficiency: float = 0.9025
     expert_half_rows: float = 255.9
     attention_efficiency: float = 0.3501
-    memory_efficiency: float = 0.770964  # step-only 0.7942
+    memory_efficiency: float = 0.79863  # step-only 0.7942
     activation_bytes_hidden: float = 34.61
     activation_bytes_intermediate: float = 14.95
     activation_bytes_routed: float = 22.40
-    layer_overhead_us: float = 20.5214  # step-only 31.58
-    moe_layer_overhead_us: float = 50.3867  # step-only 51.70
+    layer_overhead_us: float = 39.8585  # step-only 31.58
+    moe_layer_overhead_us: float = 36.177  # step-only 51.70
     routing_skew: float = 0.0
     # collectives and host: not in the step tables (kernels only), fitted on the runs with the GPU terms (jointfit)
-    all_reduce_latency_us: float = 0.0  # at its bound: the TP runs want their steps shorter (docs/fidelity.md)
+    all_reduce_latency_us: float = 0.78028  # near its bound: the TP runs want their steps shorter (docs/fidelity.md)
     sequence_overhead_us: float = 0.0
-    step_overhead_us: float = 123.9
+    step_overhead_us: float = 123.34
 
 
 DEFAULTS = Roofline3Coefficients()

@@ -11,7 +11,7 @@ from distsim.request import Request
 class KeyedQueue:
     """A heap keyed by ``key(request)``; preempted requests go ahead of everything (key -inf)."""
 
-    __slots__ = ("_heap", "_seq")
+    __slots__ = ("_heap", "_seq", "_aside")
 
     def key(self, req: Request) -> tuple:
         raise NotImplementedError
@@ -19,6 +19,7 @@ class KeyedQueue:
     def __init__(self):
         self._heap: list = []
         self._seq = itertools.count()
+        self._aside: list = []  # entries hidden from one admission (async scheduling: not yet visible)
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -34,6 +35,16 @@ class KeyedQueue:
 
     def popleft(self) -> Request:
         return heapq.heappop(self._heap)[2]
+
+    def set_aside(self) -> None:
+        """Hide the head from the rest of this admission (async scheduling: it is not yet visible)."""
+        self._aside.append(heapq.heappop(self._heap))
+
+    def restore_aside(self) -> None:
+        """Put the hidden entries back, each with its own place in the order."""
+        for entry in self._aside:
+            heapq.heappush(self._heap, entry)
+        self._aside.clear()
 
     def remove(self, req: Request) -> None:
         """Take ``req`` out wherever it is (a cancelled request); O(n), as deque.remove."""
