@@ -98,12 +98,12 @@ def issue24(table) -> str:
             "### GPU time against the stand-in's host time, per step class\n\n"
             "`host_step_ms - measured_ms` of the step tables (the stand-in's input copy, graph replay and "
             "read-back around the GPU time; no scheduler), beside the GPU time:\n\n" + report.host_section(SHARED / "h100_steps"),
-            "### The 13 H100 runs: roofline3 with its GPU terms frozen at the step-only fit, in sample and "
+            "### The 13 H100 runs: roofline3 with its GPU terms frozen at the step-only fit (the shipped defaults), in sample and "
             "leave-one-model-out\n\n" + runs,
-            "### The joint refit: roofline3's GPU terms moved by the runs within the 2-point step budget (the shipped "
-            "defaults)\n\n" + joint,
+            "### The joint refit: roofline3's GPU terms moved by the runs within the 2-point step budget (measured, "
+            "not shipped: it loses held out)\n\n" + joint,
             "### The RTX runs, held out (never fitted on)\n\nError against the measurement (positive: slower); "
-            "the previous default (roofline with its fitted front end) and the shipped defaults (roofline3, joint refit).\n\n"
+            "the previous default (roofline with its fitted front end) and the shipped defaults (roofline3: the step tables' GPU terms, the runs' host terms).\n\n"
             + report.rtx_section(),
         ]
     )

@@ -115,10 +115,10 @@ class FrontendConfig:
     """Costs outside the engine, as a client measures (distsim.cluster.settings.FrontendSettings): per
     request and per prompt token before the engine queues a request, per output token after it emits one."""
 
-    # fitted on the real vLLM runs on H100 with roofline3's terms (docs/fidelity.md; docs/data/h100_jointfit.json);
+    # fitted on the real vLLM runs on H100 with roofline3's GPU terms frozen (docs/fidelity.md; docs/data/h100_runfit.json);
     # the issue-17 roofline was fitted with 1778 / 5.48 / 15.5 (docs/data/h100_fit.json)
     request_us: float = 0.0
-    per_input_token_us: float = 13.1365
+    per_input_token_us: float = 13.1775
     per_output_token_us: float = 0.0
 
 

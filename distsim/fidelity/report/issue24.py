@@ -24,7 +24,7 @@ PREVIOUS = [
     "cluster.frontend.per_output_token_us=15.5",
 ]
 RUNFIT = Path("docs") / "data" / "h100_runfit.json"
-RUNFIT_COMMAND = (  # the GPU terms at the step-only fit (STEP_FIT in roofline3.py), not the shipped joint values
+RUNFIT_COMMAND = (  # the GPU terms at the step-only fit (the shipped defaults; spelt out, as the run was)
     "python -m distsim.fidelity.runfit ../shared/data/h100_vllm_runs cluster.latency.kind=roofline3 "
     "cluster.latency.compute_efficiency=0.7531 cluster.latency.gemm_half_tokens=80.34 "
     "cluster.latency.memory_efficiency=0.7942 cluster.latency.layer_overhead_us=31.58 "
@@ -68,7 +68,7 @@ def step_section(folder: Path) -> str:
     maxes = report.fitted_steps.assign(a=report.fitted_steps["error_pct"].abs()).groupby("model", sort=False)["a"].max()
     lomo_max = report.lomo.steps.assign(a=report.lomo.steps["error_pct"].abs()).groupby("model", sort=False)["a"].max()
     lines = [
-        "| table | steps | roofline (previous default) | roofline3 at its defaults (joint refit) | roofline3 step-only fit (max) | leave-one-model-out (max) |",
+        "| table | steps | roofline (previous default) | roofline3 at its defaults (the step-only fit) | roofline3 step-only fit (max) | leave-one-model-out (max) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     counts = report.steps.groupby("model", sort=False).size()
