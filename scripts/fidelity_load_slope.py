@@ -6,7 +6,7 @@
    behind its group's shared system prompt, as the trace is written.
 2. ``pool``: ``replay.prompts=pool``: the prompts inference-perf's ``shared_prefix`` generator sent, one
    fixed prompt per user, repeated every round, so that vLLM's prefix cache held the whole prompt after
-   its first round (:func:`distsim.fidelity.suite.replay.data.pool_trace`).
+   its first round (:func:`distsim.fidelity.suite.data.pool_trace`).
 3. ``pool + async``: the same, with vLLM V1's asynchronous scheduling (on by default in the vLLM 0.15 the
    runs used): ``cluster.engine.async_scheduling=true`` (distsim/instance/scheduler.py): step N+1 is
    scheduled while step N runs, so a request that reaches a busy engine is first scheduled into the step

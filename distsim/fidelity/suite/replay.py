@@ -2,14 +2,14 @@
 
     python -m distsim.fidelity.suite ../shared/data/h100_vllm_runs [overrides...] --out DIR
 
-Each run (:mod:`distsim.fidelity.suite.replay.data`) is replayed on one instance: ``cluster.hardware=H100``,
+Each run (:mod:`distsim.fidelity.suite.data`) is replayed on one instance: ``cluster.hardware=H100``,
 the run's model, TP and engine settings (KV blocks included), the default ``cluster.latency.kind`` (roofline3), its
 trace through distsim's ``csv`` trace reader with ``prefix_group`` mapped onto shared leading block keys
 (``workload.prefix.groups`` = the profile's system prompts, ``workload.prefix.tokens`` = its system
 prompt length). Overrides go on top and win over the run's values (``workload.num_requests=200`` caps a
 replay). One override is the suite's own, not a config key: ``replay.prompts=pool`` replays each trace
 with inference-perf's prompt pool (every ``user`` of the trace sends one fixed prompt, again and again,
-so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite.replay.data.pool_trace`;
+so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite.data.pool_trace`;
 the default, as inference-perf's ``shared_prefix`` generator sent the real requests);
 ``replay.prompts=trace`` takes the trace as written, a fresh question behind the shared
 system prompt in every request (docs/fidelity.md, "Load slope"). The simulated requests give the same per-stage metrics by the same definitions
