@@ -57,3 +57,31 @@ def test_hedged_copies_let_go_are_told_as_aborted_once_each():
     left = Counter(rid for _, rid, _, _ in heard)
     assert max(left.values()) == 1  # one way out per copy
     assert sorted(recorded) == sorted(sim.recorder.table()["request_id"])
+
+
+def _drained_once(told: list):
+    """Subscribe to the cluster's "run drained" event before and after its own timer drop: what the cluster
+    holds when it is told, and the events pending on either side of the drop."""
+
+    def subscribe(sim) -> None:
+        cluster, loop = sim.cluster, sim.loop
+        cluster.drained_listeners.insert(0, lambda: told.append(("before", loop.pending())))
+        cluster.drained_listeners.append(lambda: told.append(
+            ("after", loop.pending(), cluster.recorded, cluster.arrived, int(cluster.state.outstanding.sum()), loop.now)
+        ))
+
+    return subscribe
+
+
+def test_the_run_drained_event_is_told_once_when_every_request_is_recorded_and_no_copy_is_left():
+    told = []
+    params = engine(max_num_batched_tokens=256, total_kv_blocks=400)
+    policy = hedge_policy(delay_ms=50, max_copies=3)  # long enough that hedge timers are pending at the end
+    sim = run(bursty(200, seed=4), params, LATENCY, instances=3, policy_cfg=policy, on_built=_drained_once(told))
+    assert [t[0] for t in told] == ["before", "after"]  # once
+    (_, pending_before), (_, pending_after, recorded, arrived, outstanding, now) = told
+    assert recorded == arrived == 200 and outstanding == 0
+    assert pending_before > pending_after  # the hedge timers went
+    assert sim.loop.now == now  # and nothing ran after: no timer prolonged the run
+    last = sim.recorder.table()["completion_ms"].max() * 1000
+    assert now >= last - 1  # not before the last request's record (whole microseconds in the table)

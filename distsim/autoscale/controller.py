@@ -66,7 +66,8 @@ class ScaledPool:
 class Autoscaler:
     """Scales ``cluster``'s autoscaled ``pools``. Each LLM pool's completion watch listens to the cluster's
     records (``ttft_slo_ms``: the default TTFT SLO, ``output_lag_us``: the front end's per-token lag, as the
-    recorder has them); :meth:`request_recorded` is to be subscribed after them (see attach_autoscaler)."""
+    recorder has them); it stops when the cluster tells its ``drained_listeners`` the run is drained
+    (:meth:`drained`, see attach_autoscaler) and the runtimes' front, if any, has nothing left either."""
 
     def __init__(self, cluster: Cluster, pools: Sequence[PoolSpec], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0):
         self.cluster, self.loop = cluster, cluster.loop
@@ -203,10 +204,15 @@ class Autoscaler:
         """Whether the run has anything left to do."""
         return any(active() for active in self._activity)
 
-    def request_recorded(self, req: Request) -> None:
-        """A record listener: a request reached its final status. Once nothing is left to do, stop (see the
-        module doc), in an event of its own at this instant, so no instance is in the middle of its own
-        event when its replica leaves."""
+    def drained(self) -> None:
+        """The cluster's "run drained" listener (distsim.cluster.cluster.Cluster.drained_listeners): stop
+        unless another side (the runtimes' front) still has work."""
+        self.request_recorded(None)
+
+    def request_recorded(self, req: Request | None) -> None:
+        """A record listener of the runtimes' front (their requests' final status). Once nothing is left to
+        do, stop (see the module doc), in an event of its own at this instant, so no instance is in the
+        middle of its own event when its replica leaves."""
         if self.stopped or self.active():
             return
         self.stopped = True
@@ -244,10 +250,9 @@ def attach_autoscaler(
 ) -> Autoscaler:
     """Autoscale ``cluster``'s autoscaled pools (built with ``max`` replicas each): from now only their
     initial ``count`` serve. Each pool's scaler gets its own random stream, "autoscale/<pool>". The
-    autoscaler listens to the cluster's records (after the recorder and its watches) and is
-    ``cluster.autoscaler``."""
+    autoscaler listens to the cluster's "run drained" event and is ``cluster.autoscaler``."""
     autoscaler = Autoscaler(cluster, pools, seed, ttft_slo_ms=ttft_slo_ms, output_lag_us=output_lag_us)
-    cluster.record_listeners.append(autoscaler.request_recorded)
+    cluster.drained_listeners.append(autoscaler.drained)
     cluster.autoscaler = autoscaler
     autoscaler.start()
     return autoscaler

@@ -107,7 +107,8 @@ class Cluster(Intake):
     Assembled by :func:`distsim.cluster.build.build_cluster` from resolved settings.
 
     Who listens: ``record_listeners`` hear of each request's final status (the recorder subscribes when the
-    cluster is assembled, an autoscaler when it attaches); ``listeners`` (:class:`ClusterListener`) of
+    cluster is assembled, an autoscaler's watches when it attaches); ``drained_listeners`` hear once that
+    the run is drained (its own timer drop, an autoscaler's stop); ``listeners`` (:class:`ClusterListener`) of
     hand-offs, KV transfers and hedges. The cluster is itself the first departure listener of each of its
     instances (:meth:`Instance.connect`)."""
 
@@ -127,7 +128,9 @@ class Cluster(Intake):
     ):
         self.loop = loop
         self.record_listeners: list[RecordListener] = []
-        self.autoscaler: Any = None  # distsim.autoscale.controller.Autoscaler, once one attaches
+        # the one "run drained" event (see _check_drained): told once, in subscription order
+        self.drained_listeners: list[Callable[[], None]] = []
+        self._drained = False
         self.instances, self.pool_of = instances, pool_of
         # global number of instances[0]: a cell's cluster numbers its instances from 0 internally (its
         # board, router state, views and prefix index are the cell's size) and requests carry global numbers
@@ -147,7 +150,7 @@ class Cluster(Intake):
         self._connect(hedger)
         self.decisions: list[tuple] = []
         self.listeners: list[ClusterListener] = []  # told of hand-offs, KV transfers and hedges (a timeline)
-        self.cells, self.runtimes, self.autoscaler = None, (), None  # distsim.protocols.World; autoscaling sets one
+        self.cells, self.runtimes, self.autoscaler = None, (), None  # protocols.World; autoscaling sets one
         self.arrived = 0  # requests that entered this cluster
         self.recorded = 0  # of them, recorded with their final status
         self.first_arrival_us: int | None = None
@@ -162,8 +165,8 @@ class Cluster(Intake):
 
     def _connect(self, hedger: Hedger | None) -> None:
         """The instances tell this cluster of departures, P/D hand-off steps and, with hedging
-        (policy.hedge), first tokens. ``timer_owners``: whose pending timers are dropped once every request
-        is recorded (the hedge timers, the prefill batchers')."""
+        (policy.hedge), first tokens. ``timer_owners``: whose pending timers are dropped when the run is
+        drained (the hedge timers, the prefill batchers')."""
         self.hedger = hedger
         self.hedge_timers = HedgeTimers(self._hedge) if hedger is not None else None
         first_token = self._on_first_token if hedger is not None else None
@@ -171,6 +174,25 @@ class Cluster(Intake):
             inst.connect(self._departed, prefilled=self._on_prefilled, reserved=self._on_reserved, first_token=first_token)
         batchers = [inst.batcher for inst in self.instances if inst.batcher is not None]
         self.timer_owners = ([self.hedge_timers] if hedger is not None else []) + batchers
+        if self.timer_owners:
+            self.drained_listeners.append(self._drop_timers)
+
+    def _drop_timers(self) -> None:
+        self.loop.drop(*self.timer_owners)  # nothing is left to time: pending timers must not prolong the run
+
+    def end_arrivals(self) -> None:
+        super().end_arrivals()
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        """The one "run drained" event: arrivals have ended, every request that arrived is recorded and no
+        copy of one is outstanding on an instance. Its listeners (the hedge and batch timers dropped, an
+        autoscaler's stop) hear of it once; checked after each record and each cancelled copy let go."""
+        if self._drained or not self._exhausted or self.recorded != self.arrived or self.state.outstanding.any():
+            return
+        self._drained = True
+        for listener in self.drained_listeners:
+            listener()
 
     @property
     def num_instances(self) -> int:
@@ -275,8 +297,8 @@ class Cluster(Intake):
         self.recorded += 1
         for listener in self.record_listeners:
             listener(req)
-        if self.timer_owners and self._exhausted and self.recorded == self.arrived:
-            self.loop.drop(*self.timer_owners)  # every request is recorded: pending timers must not prolong the run
+        if self._exhausted:
+            self._check_drained()
 
     # ------------------------------------------------------------------ hedging (distsim.cluster.hedging)
     def _hedge(self, now: int, item: tuple[Request, int]) -> None:
@@ -336,6 +358,8 @@ class Cluster(Intake):
         """An instance let a cancelled copy go (its blocks are free)."""
         self.state.outstanding[req.instance - self.base] -= 1
         self.hedger.cancelled_copy(req, self._work_of(req))
+        if self._exhausted:
+            self._check_drained()
 
     def _work_of(self, req: Request) -> tuple[int, tuple[int, int]] | None:
         """A copy's instance (global number) and its work there, or None while it is being dispatched."""

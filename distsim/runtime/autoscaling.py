@@ -35,7 +35,7 @@ def attach_runtime_autoscaling(front: TypedFront, pools: Sequence[RuntimePoolSpe
     autoscaler = cluster.autoscaler  # the LLM pools' autoscaler, if any (a fleet has none)
     if autoscaler is None:
         autoscaler = Autoscaler(cluster, [], seed)
-        cluster.record_listeners.append(autoscaler.request_recorded)
+        cluster.drained_listeners.append(autoscaler.drained)
         cluster.autoscaler = autoscaler
     front.record_listeners.append(autoscaler.request_recorded)
     autoscaler.units += len(front.runtimes)
