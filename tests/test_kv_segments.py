@@ -1,0 +1,161 @@
+"""The prefix cache by segments (distsim/instance/kv_cache.py) against the per-block reference
+(tests/kvref.py, the cache as it was): random traces of shared prefixes, sessions that extend earlier
+prompts, chunked registration with duplicates, preemptions and finishes, P/D-style holds released later,
+CPU-tier loads (reference, allocate, register, release at once) and evictions under pressure. After every
+operation both give the same prefix match for every prompt (hits and how many were evictable), the same
+free, evictable and used counts and the same evictions."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kvref import KVCache as RefCache
+
+from distsim.instance.kv_cache import KVCache
+
+
+def make_prompts(tokens: list[list[int]], sessions: list[int]) -> list[tuple]:
+    """Prompts from token lists (a small alphabet, so prompts share prefixes and diverge inside runs);
+    each key is the prefix up to its block, so equal keys mean equal prefixes (as distsim's keys)."""
+    prompts: list[list[int]] = []
+    for i, toks in enumerate(tokens):
+        base = prompts[sessions[i] % len(prompts)] if prompts and sessions[i] % 3 == 0 else []
+        prompts.append(base + toks)  # a session's next turn extends an earlier prompt
+    return [tuple(tuple(p[: k + 1]) for k in range(len(p))) for p in prompts]
+
+
+class Pair:
+    """Both caches driven by the same operations, one request state for each."""
+
+    def __init__(self, total: int, prompts: list[tuple]):
+        self.new, self.ref = KVCache(total), RefCache(total)
+        self.prompts = prompts
+        self.active: dict[int, dict] = {}  # request slot -> its state
+        self.held: list[dict] = []  # P/D: handed off, blocks kept until the transfer ends
+
+    def check(self) -> None:
+        new, ref = self.new, self.ref
+        assert (new.free, new.available(), new.used(), new.evictions) == (
+            ref.free,
+            ref.available(),
+            ref.used(),
+            ref.evictions,
+        )
+        assert new.referenced == len(ref.refcount) and new.references == sum(ref.refcount.values())
+        assert new.blocks() == len(ref.refcount) + len(ref.evictable)
+        for p in self.prompts:
+            assert new.match_prefix(p, len(p)) == ref.match_prefix(p, len(p))
+
+    def admit(self, slot: int, arg: int, whole: bool = False) -> None:
+        if slot in self.active:
+            return
+        hashes = self.prompts[slot]
+        limit = len(hashes) if whole else arg % (len(hashes) + 1)
+        hits, fe = self.new.match_prefix(hashes, limit)
+        assert (hits, fe) == self.ref.match_prefix(hashes, limit)
+        need = len(hashes) - hits + (0 if whole else arg % 3)
+        if need > self.new.available() - fe:
+            return
+        st_ = {"hashes": hashes, "hashed": hits, "private": need, "count": hits}
+        st_["runs"] = self.new.reference(hashes, hits)
+        st_["shared"] = list(hashes[:hits])
+        self.ref.reference(st_["shared"])
+        self.new.allocate(need)
+        self.ref.allocate(need)
+        self.active[slot] = st_
+
+    def register(self, slot: int, arg: int, whole: bool = False) -> None:
+        s = self.active.get(slot)
+        if s is None:
+            return
+        lo = s["hashed"]
+        hi = len(s["hashes"]) if whole else min(len(s["hashes"]), lo + 1 + arg % 4)
+        if hi <= lo:
+            return
+        new = self.new.register(s["hashes"], lo, hi, s["runs"])
+        assert new == self.ref.register(s["hashes"][lo:hi], s["shared"])
+        s["private"] -= new
+        s["count"] += new
+        s["hashed"] = hi
+        assert s["count"] == len(s["shared"]) == sum(s["runs"][1::2])
+
+    def grow(self, slot: int, arg: int) -> None:
+        s = self.active.get(slot)
+        k = arg % 3
+        if s is None or k > self.new.available():
+            return
+        self.new.allocate(k)
+        self.ref.allocate(k)
+        s["private"] += k
+
+    def release(self, slot: int, hold: bool) -> None:
+        s = self.active.pop(slot, None)
+        if s is None:
+            return
+        if hold:
+            self.held.append(s)
+            return
+        self.new.release(s["runs"], s["private"])
+        self.ref.release(s["shared"], s["private"])
+
+    def transfer_done(self, arg: int) -> None:
+        if self.held:
+            s = self.held.pop(arg % len(self.held))
+            self.new.release(s["runs"], s["private"])
+            self.ref.release(s["shared"], s["private"])
+
+    def cpu_load(self, slot: int, arg: int) -> None:
+        """A CPU-tier load: GPU hits referenced, the loaded blocks allocated, registered and all released."""
+        if slot in self.active:
+            return
+        self.admit(slot, 0, whole=True)
+        if slot not in self.active:
+            return
+        self.register(slot, 0, whole=True)
+        self.release(slot, False)
+
+
+OPS = ["admit", "register", "register", "grow", "release", "hold", "transfer_done", "cpu_load"]
+
+
+def run_trace(total: int, prompts: list[tuple], ops: list[tuple[int, int, int]]) -> None:
+    pair = Pair(total, prompts)
+    for op, a, b in ops:
+        slot = a % len(prompts)
+        name = OPS[op % len(OPS)]
+        if name == "release" or name == "hold":
+            pair.release(slot, name == "hold")
+        elif name == "transfer_done":
+            pair.transfer_done(b)
+        else:
+            getattr(pair, name)(slot, b)
+        pair.check()
+    for s in list(pair.active):
+        pair.release(s, False)
+    while pair.held:
+        pair.transfer_done(0)
+    pair.check()
+    assert pair.new.used() == 0 and pair.new.references == 0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    total=st.integers(4, 40),
+    tokens=st.lists(st.lists(st.integers(0, 2), min_size=0, max_size=9), min_size=1, max_size=8),
+    sessions=st.lists(st.integers(0, 20), min_size=8, max_size=8),
+    ops=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 50), st.integers(0, 50)), max_size=80),
+)
+def test_segments_match_per_block_reference(total, tokens, sessions, ops):
+    run_trace(total, make_prompts(tokens, sessions), ops)
+
+
+def test_long_random_traces():
+    """Longer traces than hypothesis draws, under heavy eviction pressure."""
+    import random
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        tokens = [[rng.randrange(3) for _ in range(rng.randrange(12))] for _ in range(12)]
+        sessions = [rng.randrange(30) for _ in range(12)]
+        ops = [(rng.randrange(8), rng.randrange(60), rng.randrange(60)) for _ in range(400)]
+        run_trace(rng.randrange(6, 60), make_prompts(tokens, sessions), ops)
