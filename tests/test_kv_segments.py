@@ -42,7 +42,7 @@ class Pair:
             ref.evictions,
         )
         assert new.referenced == len(ref.refcount) and new.references == sum(ref.refcount.values())
-        assert new.blocks() == len(ref.refcount) + len(ref.evictable)
+        assert new.tally() == (new.referenced, new.evictable, new.references)
         for p in self.prompts:
             assert new.match_prefix(p, len(p)) == ref.match_prefix(p, len(p))
 

@@ -23,6 +23,12 @@ def check_instance(inst: Instance) -> None:
             f"INV-7: instance {inst.index}: {decoders} running requests decode, the decode set counts"
             f" {inst.decoders.count}"
         )
+    counted = kv.tally()  # walks the cache's tree: its running counts must agree
+    if counted != (kv.referenced, kv.evictable, kv.references):
+        raise SimulationError(
+            f"INV-2: instance {inst.index}: the prefix cache counts (referenced, evictable, references)"
+            f" {(kv.referenced, kv.evictable, kv.references)}, its tree holds {counted}"
+        )
     referenced = kv.references
     if holders != referenced:
         raise SimulationError(

@@ -288,17 +288,29 @@ class KVCache:
         after.prev = prev  # type: ignore[union-attr]
         node.prev = node.next = None
 
-    def blocks(self) -> int:
-        """Cached blocks in the tree, counted by walking it (for the checks: referenced + evictable)."""
-        count = 0
+    def tally(self) -> tuple[int, int, int]:
+        """Referenced blocks, evictable blocks and references, counted by walking the tree and the LRU
+        list (for the checks: they must equal the running counts)."""
+        referenced = evictable = references = 0
         stack = [self.root]
         while stack:
             node = stack.pop()
             if node.present and node is not self.root:
-                count += node.n
+                if node.ref:
+                    referenced += node.n
+                    references += node.ref * node.n
+                else:
+                    evictable += node.n
             if node.children:
                 stack.extend(node.children.values())
-        return count
+        in_lru = 0
+        node = self._lru.next
+        while node is not self._lru:
+            in_lru += node.n  # type: ignore[union-attr]
+            node = node.next  # type: ignore[union-attr]
+        if in_lru != evictable:
+            raise AssertionError(f"LRU list holds {in_lru} blocks, the tree {evictable} evictable")
+        return referenced, evictable, references
 
 
 def _hold(held: list, node: Node, n: int) -> None:
