@@ -169,6 +169,12 @@ class KVCache:
             children = node.children
             child = children.get(hashes[d]) if children else None
             if child is None:
+                if not children and held and held[-2] is node and node.ref == 1 and node.src is hashes:
+                    # its own last run, a leaf only it holds (an earlier chunk): the run grows in place
+                    node.n += hi - d
+                    held[-1] += hi - d
+                    new += hi - d
+                    break
                 child = Node(node, hashes, d, hi - d, 1, True)
                 if children is None:
                     node.children = {hashes[d]: child}
