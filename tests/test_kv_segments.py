@@ -7,6 +7,8 @@ free, evictable and used counts and the same evictions."""
 
 from __future__ import annotations
 
+import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kvref import KVCache as RefCache
@@ -159,3 +161,70 @@ def test_long_random_traces():
         sessions = [rng.randrange(30) for _ in range(12)]
         ops = [(rng.randrange(8), rng.randrange(60), rng.randrange(60)) for _ in range(400)]
         run_trace(rng.randrange(6, 60), make_prompts(tokens, sessions), ops)
+
+
+class PerBlock(RefCache):
+    """The per-block reference behind the segment cache's interface, for whole simulations: a request's
+    runs are ``[hash, 1, hash, 1, ...]`` (one block each), so the instance's checks read them alike."""
+
+    made = 0
+
+    def __init__(self, total_blocks: int):
+        super().__init__(total_blocks)
+        PerBlock.made += 1
+
+    def reference(self, hashes, hits):
+        super().reference(hashes[:hits])
+        return [x for h in hashes[:hits] for x in (h, 1)]
+
+    def register(self, hashes, lo, hi, held):
+        shared: list = []
+        new = super().register(hashes[lo:hi], shared)
+        held.extend(x for h in shared for x in (h, 1))
+        return new
+
+    def release(self, held, private):
+        super().release(held[::2], private)
+
+    @property
+    def referenced(self):
+        return len(self.refcount)
+
+    @property
+    def references(self):
+        return sum(self.refcount.values())
+
+    def tally(self):
+        return self.referenced, self.evictable, self.references
+
+
+SMALL = ["workload.num_requests=300", "cluster.instances=2", "cluster.engine.max_model_len=10000"]
+SIMS = {
+    "shared prompts under pressure": [*SMALL, "cluster.engine.total_kv_blocks=1200"],
+    "with a CPU tier": [*SMALL, "cluster.engine.total_kv_blocks=1200", "cluster.engine.cpu_kv_blocks=3000"],
+    "sessions": ["workload=sessions", *SMALL, "cluster.engine.total_kv_blocks=800"],
+    "P/D": ["cluster=pd_disagg", "workload=prefix_heavy", *SMALL[:1], *SMALL[2:], "cluster.engine.total_kv_blocks=1200"],
+}
+
+
+@pytest.mark.parametrize("overrides", SIMS.values(), ids=SIMS.keys())
+def test_whole_runs_equal_the_per_block_cache(overrides, monkeypatch):
+    """Whole simulations with the segment cache and with the per-block one give the same tables."""
+    import distsim.instance.instance as instance_module
+    from distsim import load_config, simulate
+
+    seg = simulate(load_config(overrides))
+    monkeypatch.setattr(instance_module, "KVCache", PerBlock)
+    made = PerBlock.made
+    ref = simulate(load_config(overrides))
+    assert PerBlock.made > made
+    assert seg.summary == ref.summary
+    tables = [(_frame(seg.request_table), _frame(ref.request_table)), (_frame(seg.instance_table), _frame(ref.instance_table))]
+    for a, b in tables:
+        assert a.equals(b)
+    assert tables[1][0]["kv_evictions"].sum() > 0, "the run evicts nothing: pick a smaller cache"
+    assert tables[0][0]["cached_tokens"].sum() > 0
+
+
+def _frame(table):
+    return table if isinstance(table, pd.DataFrame) else table.to_pandas()
