@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+_LEAF: dict[Hashable, Node] = {}  # a leaf's children (shared, never written: a first child gets a new dict)
+
 
 class Node:
     """A run of ``n`` cached blocks whose keys are ``src[off : off + n]``, child of ``parent``."""
@@ -42,15 +44,15 @@ class Node:
     __slots__ = ("parent", "children", "src", "off", "n", "ref", "present", "prev", "next")
 
     def __init__(self, parent: Node | None, src: Sequence[Hashable], off: int, n: int, ref: int, present: bool):
-        self.parent = parent
-        self.children: dict[Hashable, Node] | None = None
+        self.parent: Node = parent or self  # the root is its own parent (never followed)
+        self.children = _LEAF
         self.src = src
         self.off = off
         self.n = n
         self.ref = ref
         self.present = present  # False: a hole (evicted, kept for the cached nodes below it)
-        self.prev: Node | None = None  # LRU neighbours, while evictable (present, ref 0)
-        self.next: Node | None = None
+        self.prev: Node = self  # LRU neighbours while evictable (present, ref 0); else itself
+        self.next: Node = self
 
 
 def _matched(node: Node, hashes: Sequence[Hashable], d: int, end: int) -> int:
@@ -80,9 +82,7 @@ class KVCache:
         self.references = 0  # references held on cached blocks (a block held twice counts twice)
         self.evictions = 0
         self.root = Node(None, (), 0, 0, 1, True)
-        lru = Node(None, (), 0, 0, 0, False)  # sentinel: next is the oldest, prev the newest
-        lru.prev = lru.next = lru
-        self._lru = lru
+        self._lru = Node(None, (), 0, 0, 0, False)  # sentinel: next is the oldest, prev the newest
 
     # -- queries -------------------------------------------------------------------------------
     def available(self) -> int:
@@ -101,7 +101,7 @@ class KVCache:
         d = hits = from_evictable = 0
         while d < end:
             children = node.children
-            child = children.get(hashes[d]) if children else None
+            child = children.get(hashes[d])
             if child is None or not child.present:
                 break
             m = _matched(child, hashes, d, end)
@@ -123,7 +123,7 @@ class KVCache:
         node = self.root
         d = 0
         while d < hits:
-            child = node.children[hashes[d]]  # type: ignore[index]
+            child = node.children[hashes[d]]
             m = _matched(child, hashes, d, hits)
             if m < child.n:
                 child = self._split(child, m)
@@ -167,7 +167,7 @@ class KVCache:
         new = 0
         while d < hi:
             children = node.children
-            child = children.get(hashes[d]) if children else None
+            child = children.get(hashes[d])
             if child is None:
                 if not children and held and held[-2] is node and node.ref == 1 and node.src is hashes:
                     # its own last run, a leaf only it holds (an earlier chunk): the run grows in place
@@ -176,7 +176,7 @@ class KVCache:
                     new += hi - d
                     break
                 child = Node(node, hashes, d, hi - d, 1, True)
-                if children is None:
+                if children is _LEAF:
                     node.children = {hashes[d]: child}
                 else:
                     children[hashes[d]] = child
@@ -216,7 +216,7 @@ class KVCache:
                     last = lru.prev
                     node.prev = last
                     node.next = lru
-                    last.next = node  # type: ignore[union-attr]
+                    last.next = node
                     lru.prev = node
                 node = node.parent
         self.free += private
@@ -230,10 +230,10 @@ class KVCache:
         d = 0
         while d < depth:
             children = node.children
-            child = children.get(hashes[d]) if children else None
+            child = children.get(hashes[d])
             if child is None:
                 child = Node(node, hashes, d, depth - d, 0, False)
-                if children is None:
+                if children is _LEAF:
                     node.children = {hashes[d]: child}
                 else:
                     children[hashes[d]] = child
@@ -252,7 +252,7 @@ class KVCache:
         parent = node.parent
         head = Node(parent, node.src, node.off, m, node.ref, node.present)
         key = node.src[node.off]
-        parent.children[key] = head  # type: ignore[union-attr, index]
+        parent.children[key] = head
         node.off += m
         node.n -= m
         head.children = {node.src[node.off]: node}
@@ -262,7 +262,7 @@ class KVCache:
             head.prev = node
             head.next = after
             node.next = head
-            after.prev = head  # type: ignore[union-attr]
+            after.prev = head
         return head
 
     def _evict_tail(self, node: Node, k: int) -> None:
@@ -283,16 +283,16 @@ class KVCache:
         root = self.root
         while True:
             parent = node.parent
-            del parent.children[node.src[node.off]]  # type: ignore[union-attr, arg-type]
-            if parent is root or parent.present or parent.children:  # type: ignore[union-attr]
+            del parent.children[node.src[node.off]]
+            if parent is root or parent.present or parent.children:
                 return
-            node = parent  # type: ignore[assignment]
+            node = parent
 
     def _lru_remove(self, node: Node) -> None:
         prev, after = node.prev, node.next
-        prev.next = after  # type: ignore[union-attr]
-        after.prev = prev  # type: ignore[union-attr]
-        node.prev = node.next = None
+        prev.next = after
+        after.prev = prev
+        node.prev = node.next = node
 
     def tally(self) -> tuple[int, int, int]:
         """Referenced blocks, evictable blocks and references, counted by walking the tree and the LRU
@@ -312,8 +312,8 @@ class KVCache:
         in_lru = 0
         node = self._lru.next
         while node is not self._lru:
-            in_lru += node.n  # type: ignore[union-attr]
-            node = node.next  # type: ignore[union-attr]
+            in_lru += node.n
+            node = node.next
         if in_lru != evictable:
             raise AssertionError(f"LRU list holds {in_lru} blocks, the tree {evictable} evictable")
         return referenced, evictable, references
