@@ -228,3 +228,45 @@ def test_whole_runs_equal_the_per_block_cache(overrides, monkeypatch):
 
 def _frame(table):
     return table if isinstance(table, pd.DataFrame) else table.to_pandas()
+
+
+def test_duplicates_evicted_between_chunks_leave_a_hole_that_a_later_prompt_refills():
+    """A request whose first chunk duplicated another's blocks registers its next chunk after part of
+    those were evicted: the evicted run stays in the tree as a hole (no match goes past it) until a
+    later request computes it again; all along both caches agree."""
+    p = make_prompts([[0] * 5], [1])[0]
+    q = make_prompts([[0] * 5 + [1] * 5], [1])[0]
+    pair = Pair(16, [p, q])
+    new, ref = pair.new, pair.ref
+
+    def both(name, *args):
+        getattr(new, name)(*args)
+        getattr(ref, name)(*args)
+        pair.check()
+
+    a_runs, a_shared = new.reference(p, 0), []
+    both("allocate", 5)
+    assert new.register(p, 0, 5, a_runs) == ref.register(p[:5], a_shared) == 5
+    r_runs, r_shared = [], []
+    both("allocate", 10)
+    assert new.register(q, 0, 5, r_runs) == ref.register(q[:5], r_shared) == 0  # duplicates: private
+    new.release(a_runs, 0)
+    ref.release(a_shared, 0)
+    both("allocate", 3)  # one free block: evicts two, the tail of the first prompt's run
+    assert new.register(q, 5, 10, r_runs) == ref.register(q[5:10], r_shared) == 5
+    pair.check()
+    assert new.match_prefix(q, 10) == (3, 3)  # the hole stops the match; the cached run below it waits
+    new.release(r_runs, 5)
+    ref.release(r_shared, 5)
+    pair.check()
+    hits, _ = new.match_prefix(q, 10)
+    s_runs, s_shared = new.reference(q, hits), list(q[:hits])
+    ref.reference(s_shared)
+    both("allocate", 2)
+    assert new.register(q, 3, 5, s_runs) == ref.register(q[3:5], s_shared) == 2  # the hole refilled
+    pair.check()
+    assert new.match_prefix(q, 10) == ref.match_prefix(q, 10) == (10, 5)
+    new.release(s_runs, 0)
+    ref.release(s_shared, 0)
+    both("allocate", new.available())  # everything evicted, in the same order
+    assert new.tally() == (0, 0, 0) and not new.root.children
