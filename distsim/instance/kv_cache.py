@@ -23,7 +23,8 @@ its tail. A node whose blocks are all evicted while deeper nodes stay cached (a 
 later part of a prompt, its head being duplicates of another's) stays in the tree as a *hole*: no
 blocks, not matched, refilled when someone registers the run again.
 
-A request's references are a flat list ``[node, blocks, node, blocks, ...]`` of runs in prompt order,
+A node keeps its own keys (a slice of the prompt's, not the prompt's whole tuple, which would outlive the
+request). A request's references are a flat list ``[node, blocks, node, blocks, ...]`` of runs in prompt order,
 each the deepest node of a stretch of consecutive held blocks and its length (a node split later keeps
 the tail in the same object, so the deepest node stays valid). Because private blocks are
 interchangeable they are only counted: the instance knows how many each request holds. The invariant
@@ -169,13 +170,15 @@ class KVCache:
             children = node.children
             child = children.get(hashes[d])
             if child is None:
-                if not children and held and held[-2] is node and node.ref == 1 and node.src is hashes:
+                if not children and held and held[-2] is node and node.ref == 1:
                     # its own last run, a leaf only it holds (an earlier chunk): the run grows in place
+                    node.src = node.src[node.off : node.off + node.n] + tuple(hashes[d:hi])
+                    node.off = 0
                     node.n += hi - d
                     held[-1] += hi - d
                     new += hi - d
                     break
-                child = Node(node, hashes, d, hi - d, 1, True)
+                child = Node(node, tuple(hashes[d:hi]), 0, hi - d, 1, True)
                 if children is _LEAF:
                     node.children = {hashes[d]: child}
                 else:
@@ -232,7 +235,7 @@ class KVCache:
             children = node.children
             child = children.get(hashes[d])
             if child is None:
-                child = Node(node, hashes, d, depth - d, 0, False)
+                child = Node(node, tuple(hashes[d:depth]), 0, depth - d, 0, False)
                 if children is _LEAF:
                     node.children = {hashes[d]: child}
                 else:
