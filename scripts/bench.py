@@ -8,6 +8,7 @@ and prints wall time, CPU time, events/s, simulated requests per CPU-second and 
     python scripts/bench.py               # both
     python scripts/bench.py --requests 10000 --no-cli
     python scripts/bench.py --record      # also append the figures to scripts/results/bench.jsonl
+    python scripts/bench.py --workload default   # the same scenario on the default workload
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def overrides(n: int) -> list[str]:
+FIXED = [
+    "workload=fixed",
+    "workload.input_tokens.dist=fixed",
+    "workload.input_tokens.value=512",
+    "workload.output_tokens.dist=fixed",
+    "workload.output_tokens.value=512",
+]
+
+
+def overrides(n: int, workload: str = "fixed") -> list[str]:
+    """The standard scenario; ``workload="default"`` keeps the embedded default's lengths and shared
+    prompts (80% of requests open with one of 400 shared 2,048-token prompts) at the same arrivals."""
     return [
         "cluster.model=llama-3.1-8b",
         "cluster.hardware=H100",
@@ -34,23 +46,19 @@ def overrides(n: int) -> list[str]:
         "cluster.engine.max_num_batched_tokens=2048",
         "cluster.latency.kind=roofline",
         "policy=round_robin",
-        "workload=fixed",
+        *(FIXED if workload == "fixed" else []),
         "workload.kind=synthetic",
         "workload.arrival.process=poisson",
         "workload.arrival.rate_rps=100",
-        "workload.input_tokens.dist=fixed",
-        "workload.input_tokens.value=512",
-        "workload.output_tokens.dist=fixed",
-        "workload.output_tokens.value=512",
         f"workload.num_requests={n}",
         "seed=0",
     ]
 
 
-def in_process(n: int) -> dict:
+def in_process(n: int, workload: str = "fixed") -> dict:
     from distsim import load_config, simulate
 
-    cfg = load_config(overrides(n))
+    cfg = load_config(overrides(n, workload))
     result = simulate(cfg)
     perf = dict(result.perf)
     perf["completed"] = result.summary["requests"]["completed"]
@@ -58,12 +66,12 @@ def in_process(n: int) -> dict:
     return perf
 
 
-def through_cli(n: int) -> dict:
+def through_cli(n: int, workload: str = "fixed") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "distsim", *overrides(n), f"hydra.run.dir={tmp}"],
+            [sys.executable, "-m", "distsim", *overrides(n, workload), f"hydra.run.dir={tmp}"],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -81,15 +89,17 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=50_000)
     ap.add_argument("--no-cli", action="store_true")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--workload", choices=("fixed", "default"), default="fixed",
+                    help="fixed 512/512 (the standard benchmark) or the embedded default's (shared prompts)")
     args = ap.parse_args()
 
-    sim = in_process(args.requests)
+    sim = in_process(args.requests, args.workload)
     print(f"in-process   wall {sim['wall_s']:.2f} s   cpu {sim['cpu_s']:.2f} s   events/s {sim['events_per_s']:,.0f}   "
           f"requests/cpu-s {sim['requests_per_cpu_s']:,.0f}   peak rss {sim['peak_rss_mb']:.0f} MB   "
           f"({sim['events']:,} events, {sim['completed']:,} completed, {sim['simulated_s']:.1f} s simulated)")
-    record = {"requests": args.requests, "in_process": sim, "machine": platform.machine(), "python": platform.python_version()}
+    record = {"requests": args.requests, "workload": args.workload, "in_process": sim, "machine": platform.machine(), "python": platform.python_version()}
     if not args.no_cli:
-        cli = through_cli(args.requests)
+        cli = through_cli(args.requests, args.workload)
         print(f"CLI process  wall {cli['wall_s']:.2f} s   cpu {cli['cpu_s']:.2f} s   peak rss {cli['peak_rss_mb']:.0f} MB")
         record["cli"] = cli
     if args.record:

@@ -28,7 +28,7 @@ def _steps_started_after_first(plan, now: int) -> int:
 def kv_used_from_scratch(inst, now: int) -> int:
     """Blocks in use: the cache's referenced blocks plus every holder's private ones, each decoder's
     counted from its own length at the step running at ``now``."""
-    used = len(inst.kv.refcount)
+    used = inst.kv.referenced
     plan = inst.plan
     if plan.steps and plan.durations_us is not None:
         step = plan.start + _steps_started_after_first(plan, now)
@@ -37,7 +37,7 @@ def kv_used_from_scratch(inst, now: int) -> int:
     for req in inst.running.values():
         seq = req.seq
         if seq.phase == Phase.DECODE:
-            used += ceil_div(req.prompt_tokens + seq.decode_offset + step, inst.bs) - len(seq.shared_blocks)
+            used += ceil_div(req.prompt_tokens + seq.decode_offset + step, inst.bs) - seq.shared_blocks
         else:
             used += seq.private_blocks
     for _shared, private in inst.held.values():

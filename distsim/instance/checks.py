@@ -23,16 +23,22 @@ def check_instance(inst: Instance) -> None:
             f"INV-7: instance {inst.index}: {decoders} running requests decode, the decode set counts"
             f" {inst.decoders.count}"
         )
-    referenced = sum(kv.refcount.values())
+    counted = kv.tally()  # walks the cache's tree: its running counts must agree
+    if counted != (kv.referenced, kv.evictable, kv.references):
+        raise SimulationError(
+            f"INV-2: instance {inst.index}: the prefix cache counts (referenced, evictable, references)"
+            f" {(kv.referenced, kv.evictable, kv.references)}, its tree holds {counted}"
+        )
+    referenced = kv.references
     if holders != referenced:
         raise SimulationError(
             f"INV-3: instance {inst.index}: {holders} block references held, cache counts {referenced}"
         )
-    total = kv.available() + len(kv.refcount) + private
+    total = kv.available() + kv.referenced + private
     if total != kv.total:
         raise SimulationError(
-            f"INV-2: instance {inst.index}: blocks not conserved: free {kv.free} + evictable {len(kv.evictable)}"
-            f" + cached {len(kv.refcount)} + private {private} = {total} != {kv.total}"
+            f"INV-2: instance {inst.index}: blocks not conserved: free {kv.free} + evictable {kv.evictable}"
+            f" + cached {kv.referenced} + private {private} = {total} != {kv.total}"
         )
     if len(inst.running) > inst.max_seqs:
         raise SimulationError(f"INV-6: instance {inst.index}: {len(inst.running)} running > max_num_seqs")
@@ -49,20 +55,20 @@ def count_holdings(inst: Instance) -> tuple[int, int, int]:
     landed, loading from the CPU tier), and the running requests that decode."""
     holders = private = decoders = 0
     for shared, held_private in inst.held.values():
-        holders += len(shared)
+        holders += sum(shared[1::2])  # runs: node, blocks, ...
         private += held_private
     for req in inst.reserved.values():
         private += req.seq.private_blocks
     for req in inst.landed:  # P/D: its KV has arrived and waits for a sequence slot
         private += req.seq.private_blocks
     for req in inst.loading.values():  # its GPU hits, and the blocks its CPU load fills
-        holders += len(req.seq.shared_blocks)
+        holders += req.seq.shared_blocks
         private += req.seq.private_blocks
     # a decoder's next step has its blocks once it is planned
     planned = inst.step_index if inst.plan.steps else inst.step_index - 1
     for req in inst.running.values():
         seq = req.seq
-        holders += len(seq.shared_blocks)
+        holders += seq.shared_blocks
         if seq.phase == DECODE:
             decoders += 1
             private += inst.decoders.private_blocks(req, planned)

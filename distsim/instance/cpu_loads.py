@@ -52,8 +52,8 @@ class CpuLoads:
         inst.waiting_tokens -= total
         seq = req.seq
         if hits:
-            seq.shared_blocks = list(hashes[:hits])
-            inst.kv.reference(seq.shared_blocks)
+            seq.runs = inst.kv.reference(hashes, hits)
+            seq.shared_blocks = hits
         inst.kv.allocate(n)
         seq.private_blocks = n
         self.loading[req.request_id] = req
@@ -69,11 +69,13 @@ class CpuLoads:
         del self.loading[req.request_id]
         seq = req.seq
         hashes = req.block_hashes
-        lo = len(seq.shared_blocks)
+        lo = seq.shared_blocks
         hi = lo + seq.private_blocks
         self.tier.finish_load(hashes, lo, hi)
-        seq.private_blocks -= inst.kv.register(hashes[lo:hi], seq.shared_blocks)  # a duplicate stays private
-        inst.kv.release(seq.shared_blocks, seq.private_blocks)
+        new = inst.kv.register(hashes, lo, hi, seq.runs)  # a duplicate stays private
+        seq.private_blocks -= new
+        seq.shared_blocks += new
+        inst.kv.release(seq.runs, seq.private_blocks)
         if inst.cancellation is not None and inst.cancellation.load_aborted(req):
             seq.clear(DONE)
             inst._departed(req, now, Departure.ABORTED)

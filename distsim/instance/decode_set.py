@@ -80,7 +80,7 @@ class DecodeSet:
     def private_blocks(self, req: Request, step: int) -> int:
         """Blocks outside the prefix cache that decoder ``req`` holds once step ``step`` has its slots."""
         seq = req.seq
-        return ceil_div(req.prompt_tokens + seq.decode_offset + step, self.bs) - len(seq.shared_blocks)
+        return ceil_div(req.prompt_tokens + seq.decode_offset + step, self.bs) - seq.shared_blocks
 
     def block_need(self, c0: int, k: int) -> int:
         """Blocks the decoders need over steps c0 .. c0+k-1 (one per decoder per block boundary)."""

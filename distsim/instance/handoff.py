@@ -54,7 +54,7 @@ class PrefillSide:
         inst = self.inst
         seq = req.seq
         del inst.running[req.request_id]
-        self.held[req.request_id] = (seq.shared_blocks, seq.private_blocks)
+        self.held[req.request_id] = (seq.runs, seq.private_blocks)
         seq.clear(Phase.HANDED_OFF)
         inst.stats.handed_off += 1
         self.prefilled(req, now)

@@ -389,7 +389,9 @@ class Instance(Scheduler):
         hashes = req.block_hashes
         full = min(seq.computed // self.bs, len(hashes))
         if full > seq.hashed_blocks:
-            seq.private_blocks -= self.kv.register(hashes[seq.hashed_blocks : full], seq.shared_blocks)
+            new = self.kv.register(hashes, seq.hashed_blocks, full, seq.runs)
+            seq.private_blocks -= new
+            seq.shared_blocks += new
             seq.hashed_blocks = full
         cpu = self.cpu
         if cpu is not None and full > seq.cpu_offered and cpu.store(hashes, seq.cpu_offered, full, now):
@@ -415,8 +417,9 @@ class Instance(Scheduler):
 
     def _finish(self, req: Request, now: int, private: int) -> None:
         seq = req.seq
-        self.kv.release(seq.shared_blocks, private)
-        seq.shared_blocks = []
+        self.kv.release(seq.runs, private)
+        seq.shared_blocks = 0
+        seq.runs = []
         seq.private_blocks = 0
         seq.phase = DONE
         req.completion_us = now

@@ -237,7 +237,7 @@ class Scheduler:
         else:
             private = seq.private_blocks
             self.prefilling.remove(req)
-        self.kv.release(seq.shared_blocks, private)
+        self.kv.release(seq.runs, private)
         seq.clear(phase)
         del self.running[req.request_id]
 
@@ -301,9 +301,8 @@ class Scheduler:
         seq = req.seq
         computed = hits * self.bs
         if hits:
-            shared = list(req.block_hashes[:hits])
-            self.kv.reference(shared)
-            seq.shared_blocks = shared
+            seq.runs = self.kv.reference(req.block_hashes, hits)
+            seq.shared_blocks = hits
         self.kv.allocate(nb)
         seq.computed = computed
         seq.alloc_tokens = computed + n

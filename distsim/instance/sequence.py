@@ -25,7 +25,8 @@ class SeqState:
     computed: int = 0  # tokens whose KV is computed (vLLM's num_computed_tokens)
     alloc_tokens: int = 0  # tokens with KV slots allocated (prefill bookkeeping)
     private_blocks: int = 0  # blocks held outside the prefix cache (prefill bookkeeping)
-    shared_blocks: list = field(default_factory=list)  # hash keys of cached blocks it holds a reference on
+    shared_blocks: int = 0  # cached blocks it holds a reference on
+    runs: list = field(default_factory=list)  # those blocks as the prefix cache's runs (kv_cache.py)
     hashed_blocks: int = 0  # prompt blocks already offered to the prefix cache
     cpu_offered: int = 0  # prompt blocks already offered to the CPU KV tier (kept over a preemption, as vLLM)
     decode_offset: int = 0  # decode phase: generated = decode_offset + the instance's step index
@@ -37,7 +38,8 @@ class SeqState:
         """Forget the blocks and the computed KV (they were released or passed on) and enter ``phase``.
         The decode epoch stays, so finish entries of an earlier decode stay stale."""
         self.phase = phase
-        self.shared_blocks = []
+        self.shared_blocks = 0
+        self.runs = []
         self.private_blocks = 0
         self.alloc_tokens = 0
         self.computed = 0
