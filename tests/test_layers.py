@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from test_imports import PACKAGE, ROOT, _is_type_checking, _resolve_from, module_name
+from test_imports import PACKAGE, ROOT, _import_nodes, _resolve_from, module_name
 
 # The package itself: every import of a distsim module runs it first, and what it holds of its own (its
 # ``__version__``, its ``__file__``) any layer may read; what it imports is checked like any module's.
@@ -67,23 +67,10 @@ def layer_of(module: str) -> tuple[int, str]:
     return next((i, name) for i, (name, prefixes) in enumerate(LAYERS) if best in prefixes)
 
 
-def _imports(tree: ast.AST):
-    """Every Import / ImportFrom in the tree, skipping the bodies of ``if TYPE_CHECKING:``."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        children = list(ast.iter_child_nodes(node))
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            children = node.orelse
-        stack.extend(children)
-
-
 def arrows(source: str, name: str, is_package: bool, modules: set[str]) -> list[tuple[str, int, str]]:
     """(imported module, line, the import's first line) for each of ``modules`` that module ``name`` imports."""
     found = []
-    for node in _imports(ast.parse(source)):
+    for node in _import_nodes(ast.parse(source)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
