@@ -10,9 +10,10 @@ from typing import Any
 class SearchConfig:
     """What to search, how, and on which seeds.
 
-    ``space`` maps a ``policy.*`` config key to its range: ``{type: float, low, high}``,
-    ``{type: int, low, high}`` or ``{type: categorical, choices: [...]}``. Candidates start from the
-    ``base_policy`` config and set those keys.
+    ``space`` maps a short name to a ``policy.*`` config key and its range: ``{key, type: float, low,
+    high}``, ``{key, type: int, low, high}`` or ``{key, type: categorical, choices: [...]}`` (without
+    ``key``, the name is the config key). Candidates start from the ``base_policy`` config and set those
+    keys. ``train`` and ``holdout`` map family names to scenario overrides (distsim.search.families).
     """
 
     name: str = "evolved"  # the emitted policy's name (policy/<name>.yaml in the output directory)
@@ -27,4 +28,8 @@ class SearchConfig:
     train_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     holdout_seeds: list[int] = field(default_factory=lambda: [100, 101, 102, 103, 104, 105])
     space: dict[str, Any] = field(default_factory=dict)
+    # family name -> scenario overrides (one string, space-separated, or a list); empty: the scenario itself
+    train: dict[str, Any] = field(default_factory=dict)
+    holdout: dict[str, Any] = field(default_factory=dict)  # empty: the training scenario, on holdout_seeds
+    reference: str | None = "weighted"  # training scores are relative to this built-in; null: raw fitness
     baselines: list[str] = field(default_factory=list)  # built-in policies to compare on held-out seeds

@@ -62,10 +62,10 @@ def _cells(r: pd.Series, digits: int, max_label: int) -> list[str]:
     ]
 
 
-def _aligned(rows: list[list[str]]) -> list[str]:
-    """Rows of cells as lines: rank and config left-aligned, the figures right-aligned, a rule under the head."""
+def aligned(rows: list[list[str]], left: frozenset[int] = frozenset({1, 2})) -> list[str]:
+    """Rows of cells as lines: the ``left`` columns (rank and config) left-aligned, the others (figures)
+    right-aligned, a rule under the head."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    left = {1, 2}
 
     def fmt(row: list[str]) -> str:
         cells = [c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
@@ -82,7 +82,7 @@ def format_ranking(
     if ranking.empty:
         return "no configurations to rank"
     digits = 3 if ranking["fitness_mean"].abs().max() < 1000 else 1
-    lines = _aligned([HEAD, *(_cells(r, digits, max_label) for _, r in ranking.iterrows())])
+    lines = aligned([HEAD, *(_cells(r, digits, max_label) for _, r in ranking.iterrows())])
     shared = common_overrides(ranking["config"].tolist(), parts) if len(ranking) > 1 else []
     lines.append("")
     if shared:

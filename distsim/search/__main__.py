@@ -1,7 +1,8 @@
 """``python -m distsim.search``: evolutionary policy search (conf/search.yaml, Hydra overrides).
 
-Scenario overrides (cluster, workload, signals, fitness, runner) apply to every evaluation; search.*
-settings steer the search. The output directory is Hydra's run directory.
+Scenario overrides (cluster, workload, signals, fitness) apply to every evaluation, after each
+family's own (distsim.search.families); search.* settings steer the search. The output directory is
+Hydra's run directory.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ register_schemas()
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="search")
 def main(cfg: DictConfig) -> float | None:
-    from distsim.search.driver import check_settings, run_search
+    from hydra import compose
+
+    from distsim.search.driver import check_scenarios, check_settings, run_search
     from distsim.search.evaluate import make_evaluator
 
     hc = HydraConfig.get()
@@ -33,6 +36,7 @@ def main(cfg: DictConfig) -> float | None:
     session = None
     try:
         check_settings(cfg)  # a bad setting is refused before Ray's start-up
+        check_scenarios(cfg, base, lambda ovs: compose(config_name=hc.job.config_name, overrides=ovs))
         session = connect(cfg.runner.address)  # one Ray for every generation's sweep
         result = run_search(
             cfg,
@@ -49,7 +53,7 @@ def main(cfg: DictConfig) -> float | None:
     finally:
         if session is not None:
             session.shutdown()
-    print(f"\nbest on training seeds: {result.best_train_fitness:.4f}  {' '.join(result.best_overrides)}")
+    print(f"\nbest training score: {result.best_train_fitness:+.4f}  {' '.join(result.best_overrides)}")
     print(f"policy written to {result.policy_yaml}")
     return result.best_train_fitness
 

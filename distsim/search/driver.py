@@ -1,25 +1,27 @@
 """The search loop.
 
-Each generation asks the optimiser for candidates, evaluates every candidate on the same training
-seeds (common random numbers: every candidate sees the same requests) as one sweep on the runner's
-Ray actor pool, and tells the optimiser each candidate's mean fitness. Generations are synchronous,
-which keeps the search deterministic whatever order jobs finish in.
+Each generation asks the optimiser for candidates (each a list of policy overrides) and evaluates
+every candidate on every training family (distsim.search.families) and the same training seeds
+(common random numbers: every candidate sees the same requests) as one sweep on the runner's Ray actor
+pool, then tells the optimiser each candidate's training score: the mean over families of its relative
+difference to the reference built-in (search.reference), whose own runs are one sweep, reference/,
+before the first generation. Generations are synchronous, which keeps the search deterministic
+whatever order jobs finish in. Each generation prints one progress line (distsim.search.progress).
 
 Resume: every generation is a sweep directory, and the runner skips jobs whose results are already
 there. A rerun asks the same candidates again (the optimiser is seeded), finds their results, and goes
 on from the first unfinished generation.
 
 Outputs in the search directory: candidates.parquet (every candidate, its overrides and its fitness
-per seed), convergence.png, policy/<name>.yaml (the best candidate as a ready policy config),
-holdout.csv (best and built-ins on held-out seeds, ranked with the runner's paired statistics; their
-sweep is holdout_<digest of the policy file>/). Every file goes through distsim.outputs. A search whose
-first generation has no candidate that ran on every training seed stops there with SearchFailed.
+per family and seed), convergence.png, policy/<name>.yaml (the best candidate as a ready policy
+config), holdout.csv (the best against every built-in on each held-out family, distsim.search.holdout;
+their sweep is holdout_<digest>/). Every file goes through distsim.outputs. A search whose first
+generation has no candidate that ran on every training family and seed stops there with SearchFailed.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +33,17 @@ from omegaconf import DictConfig, OmegaConf
 from distsim import outputs
 from distsim.config.compose import CONF_DIR
 from distsim.errors import ConfigError, UserError
+from distsim.search.families import (
+    TrainingGrid,
+    family_scores,
+    holdout_families,
+    reference_means,
+    train_families,
+    training_score,
+)
+from distsim.search.holdout import compare_on_holdout
 from distsim.search.optimizer import build_optimizer, check_optimizer
+from distsim.search.progress import SearchProgress, resumed_jobs
 from distsim.search.space import SearchSpace, Value
 
 # configs (each a list of overrides) x seeds -> the sweep's results table (distsim.search.evaluate)
@@ -61,78 +73,128 @@ def check_settings(cfg: DictConfig) -> None:
     resolve(copy.deepcopy(cfg))
 
 
+def check_scenarios(cfg: DictConfig, base_overrides: list[str], compose: Callable[[list[str]], DictConfig]) -> None:
+    """Every family's scenario composed (``compose`` takes overrides) and resolved before Ray starts: a
+    bad one is one line naming the family."""
+    from distsim.resolve import resolve
+
+    s = cfg.search
+    for where, families in (("search.train", train_families(s)), ("search.holdout", holdout_families(s))):
+        for family in families:
+            if not family.overrides:
+                continue
+            try:
+                resolve(compose(family.config(base_overrides, [f"policy={s.base_policy}"])))
+            except UserError as err:
+                raise ConfigError(f"{where}.{family.name}", str(err)) from None
+
+
 def _check(cfg: DictConfig) -> None:
     s = cfg.search
     if not s.train_seeds:
         raise ConfigError("search.train_seeds", "needs at least one seed")
     if s.generations < 1:
         raise ConfigError("search.generations", f"must be >= 1 (got {s.generations})")
-    if s.budget is not None and s.budget < s.population * len(s.train_seeds):
-        raise ConfigError("search.budget", "must allow at least one generation (population x train seeds)")
+    per_generation = s.population * len(train_families(s)) * len(s.train_seeds)
+    if s.budget is not None and s.budget < per_generation:
+        raise ConfigError(
+            "search.budget",
+            f"must allow at least one generation (population x training families x seeds = {per_generation})",
+        )
     overlap = set(s.train_seeds) & set(s.holdout_seeds)
     if overlap:
         raise ConfigError("search.holdout_seeds", f"must not repeat training seeds ({sorted(overlap)})")
     if not (CONF_DIR / "policy" / f"{s.base_policy}.yaml").exists():
         raise ConfigError("search.base_policy", f"no conf/policy/{s.base_policy}.yaml")
+    if s.get("reference") is not None and not (CONF_DIR / "policy" / f"{s.reference}.yaml").exists():
+        raise ConfigError("search.reference", f"no conf/policy/{s.reference}.yaml")
+    holdout_families(s)
     for b in s.baselines:
         if not (CONF_DIR / "policy" / f"{b}.yaml").exists():
             raise ConfigError("search.baselines", f"no conf/policy/{b}.yaml")
 
 
 def _generation_rows(
-    gen: int, cand_values: list[dict[str, Value]], fitness: list[list[float]], seeds: list[int]
+    gen: int,
+    cand_values: list[dict[str, Value]],
+    fitness: list[dict[str, list[float]]],
+    seeds: list[int],
+    reference: dict[str, float] | None,
 ) -> tuple[list[dict[str, Value]], list[float]]:
-    """candidates.parquet rows of one generation, and each candidate's mean fitness for the optimiser
-    (a candidate that failed on a seed is told a very low fitness)."""
-    rows, means = [], []
-    for i, (values, per_seed) in enumerate(zip(cand_values, fitness)):
-        mean = float(sum(per_seed) / len(per_seed)) if all(math.isfinite(f) for f in per_seed) else -math.inf
-        means.append(mean if math.isfinite(mean) else -1e9)
+    """candidates.parquet rows of one generation (one per candidate, family and seed), and each
+    candidate's training score for the optimiser (distsim.search.families: a candidate that failed on
+    any family or seed is told a very low score)."""
+    rows, scores = [], []
+    for i, (values, per_family) in enumerate(zip(cand_values, fitness)):
+        by_family = family_scores(per_family, reference)
+        score = training_score(by_family)
+        scores.append(score if math.isfinite(score) else -1e9)
         overrides = " ".join(SearchSpace.overrides(values))
-        for seed, f in zip(seeds, per_seed):
-            rows.append(
-                {
-                    "generation": gen,
-                    "candidate": i,
-                    "overrides": overrides,
-                    "seed": seed,
-                    "fitness": f,
-                    **values,
-                }
-            )
-    return rows, means
+        for family, per_seed in per_family.items():
+            for seed, f in zip(seeds, per_seed):
+                rows.append(
+                    {
+                        "generation": gen,
+                        "candidate": i,
+                        "overrides": overrides,
+                        "family": family,
+                        "seed": seed,
+                        "fitness": f,
+                        "family_score": by_family[family],
+                        "train_score": score,
+                        **values,
+                    }
+                )
+    return rows, scores
+
+
+def _reference(
+    s: DictConfig, grid: TrainingGrid, seeds: list[int], out: Path, evaluate: Evaluate
+) -> dict[str, float] | None:
+    """The reference built-in's mean fitness per training family (its own sweep, reference/), or None."""
+    if s.get("reference") is None:
+        return None
+    configs = grid.configs([[f"policy={s.reference}", "sim.write_requests=false"]])
+    per_config = _fitness_by_config(evaluate(configs, seeds, out / "reference"), configs, seeds)
+    return reference_means(grid.split(per_config)[0], str(s.reference))
 
 
 def _evolve(s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evaluate, echo: bool) -> pd.DataFrame:
-    """Every generation, asked, evaluated on the training seeds and told: the candidates table."""
+    """Every generation, asked, evaluated on the training families and seeds and told: the candidates
+    table."""
     space = SearchSpace(s.space)
     optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed))
     seeds = [int(x) for x in s.train_seeds]
-    base = [*base_overrides, f"policy={s.base_policy}", "sim.write_requests=false"]
-    generations = int(s.generations)
-    if s.budget is not None:
-        generations = min(generations, int(s.budget) // (int(s.population) * len(seeds)))
+    grid = TrainingGrid(tuple(train_families(s)), tuple(base_overrides))
+    policy = [f"policy={s.base_policy}", "sim.write_requests=false"]
+    generations = _generations(s, len(grid.families))
+    progress = SearchProgress(generations, int(s.population) * len(grid.families) * len(seeds), echo=echo)
+    reference = _reference(s, grid, seeds, out, evaluate)
     rows: list[dict[str, Value]] = []
     any_ok = False
     for gen in range(generations):
         asked = optimizer.ask()
         cand_values = [space.values(point) for _, point in asked]
-        configs = [[*base, *SearchSpace.overrides(values)] for values in cand_values]
+        configs = grid.configs([[*policy, *SearchSpace.overrides(values)] for values in cand_values])
         results = evaluate(configs, seeds, out / f"gen_{gen:03d}")
-        fitness = _fitness_by_config(results, configs, seeds)
-        any_ok = any_ok or any(all(math.isfinite(f) for f in per_seed) for per_seed in fitness)
+        fitness = grid.split(_fitness_by_config(results, configs, seeds))
+        gen_rows, scores = _generation_rows(gen, cand_values, fitness, seeds, reference)
+        any_ok = any_ok or max(scores) > -1e9
         if not any_ok:  # nothing to learn from, and no policy to write: stop now, saying why
             raise SearchFailed(results)
-        gen_rows, means = _generation_rows(gen, cand_values, fitness, seeds)
         rows += gen_rows
-        optimizer.tell([(handle, mean) for (handle, _), mean in zip(asked, means)])
-        if echo:
-            print(
-                f"search: generation {gen + 1}/{generations}: best mean fitness {max(means):.4f}", flush=True
-            )
+        optimizer.tell([(handle, score) for (handle, _), score in zip(asked, scores)])
+        progress.generation_done(f"best training score {max(scores):+.4f}", resumed=resumed_jobs(results))
     table = pd.DataFrame(rows)
     table["mean_fitness"] = table.groupby(["generation", "candidate"])["fitness"].transform("mean")
     return table
+
+
+def _generations(s: DictConfig, families: int) -> int:
+    generations = int(s.generations)
+    if s.budget is not None:
+        generations = min(generations, int(s.budget) // (int(s.population) * families * len(s.train_seeds)))
+    return generations
 
 
 def run_search(
@@ -146,7 +208,7 @@ def run_search(
     table = _evolve(s, out, base_overrides, evaluate, echo)
     outputs.write_parquet(out / "candidates.parquet", table)
     best_row = table.sort_values(
-        ["mean_fitness", "generation", "candidate"], ascending=[False, True, True]
+        ["train_score", "generation", "candidate"], ascending=[False, True, True]
     ).iloc[0]
     best_values = {v.key: best_row[v.key] for v in SearchSpace(s.space).variables}
     best_values = {k: (v.item() if hasattr(v, "item") else v) for k, v in best_values.items()}
@@ -154,10 +216,11 @@ def run_search(
     plot_convergence(table, out / "convergence.png")
 
     holdout = None
-    if s.holdout_seeds:
-        holdout = compare_on_holdout(cfg, out, policy_yaml, base_overrides, evaluate, echo=echo)
+    judged = holdout_families(s)
+    if judged:
+        holdout = compare_on_holdout(s, out, policy_yaml, base_overrides, evaluate, judged, echo=echo)
     return SearchResult(
-        out, table, SearchSpace.overrides(best_values), float(best_row["mean_fitness"]), policy_yaml, holdout
+        out, table, SearchSpace.overrides(best_values), float(best_row["train_score"]), policy_yaml, holdout
     )
 
 
@@ -202,47 +265,22 @@ def write_policy(out: Path, name: str, base_policy: str, values: dict[str, Value
     return outputs.write_text(path, header + OmegaConf.to_yaml(node))
 
 
-def compare_on_holdout(
-    cfg: DictConfig, out: Path, policy_yaml: Path, base_overrides: list[str], evaluate: Evaluate, *, echo: bool
-) -> pd.DataFrame:
-    """The evolved policy and every baseline on seeds the search never saw, ranked with paired tests."""
-    from distsim.runner.ranking import rank_configs
-
-    s = cfg.search
-    seeds = [int(x) for x in s.holdout_seeds]
-    searchpath = f"hydra.searchpath=[file://{out.resolve()}]"
-    configs = [[*base_overrides, f"policy={s.name}", searchpath, "sim.write_requests=false"]]
-    configs += [[*base_overrides, f"policy={b}", "sim.write_requests=false"] for b in s.baselines]
-    # the evolved jobs' overrides name the policy file, not its values: a sweep directory per policy
-    # content, so a rerun whose best changed never resumes the older policy's results
-    digest = hashlib.sha256(policy_yaml.read_bytes()).hexdigest()[:12]
-    results = evaluate(configs, seeds, out / f"holdout_{digest}")
-    parts = {" ".join(c): tuple(c) for c in configs}  # each config's overrides, for the labels
-    ranking = rank_configs(results, parts=parts)
-    outputs.write_csv(out / "holdout.csv", ranking)
-    if echo:
-        from distsim.runner.table import format_ranking
-
-        print("\nheld-out seeds " + ", ".join(map(str, seeds)) + ":")
-        print(format_ranking(ranking, parts=parts))
-    return ranking
-
-
 def plot_convergence(table: pd.DataFrame, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    per = table.groupby(["generation", "candidate"])["mean_fitness"].first().reset_index()
-    gen = per.groupby("generation")["mean_fitness"]
+    per = table.groupby(["generation", "candidate"])["train_score"].first().reset_index()
+    per = per[per["train_score"] > -math.inf]
+    gen = per.groupby("generation")["train_score"]
     best_so_far = gen.max().cummax()
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter(per["generation"], per["mean_fitness"], s=12, alpha=0.5, label="candidates")
+    ax.scatter(per["generation"], per["train_score"], s=12, alpha=0.5, label="candidates")
     ax.plot(gen.mean().index, gen.mean().values, label="generation mean")
     ax.plot(best_so_far.index, best_so_far.values, label="best so far", linewidth=2)
     ax.set_xlabel("generation")
-    ax.set_ylabel("mean fitness on training seeds")
+    ax.set_ylabel("training score (distsim.search.families)")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -40,6 +40,7 @@ def make_evaluator(runner_node: DictConfig | None, *, config_name: str = "search
             settings,
             echo=echo,
         )
+        outcome.results.attrs["resumed"] = outcome.resumed  # for the search's ETA (distsim.search.progress)
         return outcome.results
 
     return evaluate

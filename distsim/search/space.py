@@ -38,35 +38,30 @@ class Variable:
 
 
 class SearchSpace:
+    """``spec`` maps a name to an entry. The entry names its config key (``key: policy.x.y``) and the
+    name is short, so that the command line can reach it (``search.space.queue_depth.high=8``), or it has
+    no ``key`` and the name is the config key itself (the older form, whose dotted names Hydra's
+    override grammar cannot address). A later entry for a key already searched replaces the earlier one,
+    so the older command-line form ``search.space={policy.x.y: {...}}`` (which Hydra merges into the
+    map) still sets that key's range."""
+
     def __init__(self, spec: Mapping[str, Mapping[str, object] | None]):
         if not spec:
             raise ConfigError("search.space", "is empty: name at least one policy.* key to search")
         self.variables: list[Variable] = []
-        for key, raw in spec.items():
-            where = f"search.space.{key}"
-            if not str(key).startswith("policy."):
-                raise ConfigError(where, "only policy.* keys can be searched (the result is a policy config)")
+        for name, raw in spec.items():
+            where = f"search.space.{name}"
             raw = dict(raw or {})
-            kind = raw.get("type")
-            if kind in ("float", "int"):
-                low, high = raw.get("low"), raw.get("high")
-                if (
-                    low is None
-                    or high is None
-                    or not (math.isfinite(low) and math.isfinite(high))
-                    or not low < high
-                ):
-                    raise ConfigError(where, f"needs finite low < high (got low={low!r}, high={high!r})")
-                if kind == "int" and (int(low) != low or int(high) != high):
-                    raise ConfigError(where, "int bounds must be integers")
-                self.variables.append(Variable(str(key), kind, float(low), float(high)))
-            elif kind == "categorical":
-                choices = tuple(raw.get("choices") or ())
-                if len(choices) < 2:
-                    raise ConfigError(where, "categorical needs at least two choices")
-                self.variables.append(Variable(str(key), kind, choices=choices))
+            key = raw.pop("key", name)
+            if not isinstance(key, str) or not key.startswith("policy."):
+                where = f"{where}.key" if "key" in dict(spec[name] or {}) else where
+                raise ConfigError(where, "only policy.* keys can be searched (the result is a policy config)")
+            variable = _variable(key, raw, where)
+            known = [i for i, v in enumerate(self.variables) if v.key == key]
+            if known:  # a later entry for the same key replaces it: search.space={policy.x.y: {...}} merges
+                self.variables[known[0]] = variable
             else:
-                raise ConfigError(f"{where}.type", f"must be float, int or categorical (got {kind!r})")
+                self.variables.append(variable)
 
     @property
     def floats(self) -> list[Variable]:
@@ -87,6 +82,25 @@ class SearchSpace:
     @staticmethod
     def overrides(values: dict[str, Value]) -> list[str]:
         return [f"{key}={_literal(val)}" for key, val in values.items()]
+
+
+def _variable(key: str, raw: dict, where: str) -> Variable:
+    kind = raw.get("type")
+    if kind in ("float", "int"):
+        low, high = raw.get("low"), raw.get("high")
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (low, high)):
+            raise ConfigError(where, f"needs numbers low < high (got low={low!r}, high={high!r})")
+        if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
+            raise ConfigError(where, f"needs finite low < high (got low={low!r}, high={high!r})")
+        if kind == "int" and (int(low) != low or int(high) != high):
+            raise ConfigError(where, "int bounds must be integers")
+        return Variable(key, kind, float(low), float(high))
+    if kind == "categorical":
+        choices = tuple(raw.get("choices") or ())
+        if len(choices) < 2:
+            raise ConfigError(where, "categorical needs at least two choices")
+        return Variable(key, kind, choices=choices)
+    raise ConfigError(f"{where}.type", f"must be float, int or categorical (got {kind!r})")
 
 
 def _literal(value: Value) -> str:
