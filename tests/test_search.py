@@ -21,6 +21,14 @@ from distsim.search.space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["workload.num_requests=150", "cluster.instances=2", "workload.arrival.rate_rps=40"]
+# two small training families (the command line's SMALL applies after them) and one held-out family
+FAMILIES = [
+    "search.train.chat='workload=default'",
+    "search.train.prefix='workload=prefix_heavy'",
+    "~search.train.bursts",
+    "~search.train.tenants",
+    *(f"~search.holdout.{name}" for name in ("mooncake", "azure", "heavy_tail", "fleet2")),
+]
 
 
 def search_cfg(generations: int, holdout: str = "[]", baselines: str = "[]"):
@@ -30,6 +38,7 @@ def search_cfg(generations: int, holdout: str = "[]", baselines: str = "[]"):
             "search",
             overrides=[
                 *SMALL,
+                *FAMILIES,
                 "search.population=4",
                 f"search.generations={generations}",
                 "search.train_seeds=[0,1]",
@@ -40,10 +49,26 @@ def search_cfg(generations: int, holdout: str = "[]", baselines: str = "[]"):
         )
 
 
-def run(cfg, out):
+def run(cfg, out, evaluate=None):
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return run_search(cfg, out, list(SMALL), evaluate=make_evaluator(cfg.runner, config_name="search"), echo=False)
+        evaluate = evaluate or make_evaluator(cfg.runner, config_name="search")
+        return run_search(cfg, out, list(SMALL), evaluate=evaluate, echo=False)
+
+
+def killed_after(sweeps: int):
+    """An evaluator whose driver is killed once ``sweeps`` sweeps have finished (before it tells them)."""
+    inner = make_evaluator(None, config_name="search")
+    calls = []
+
+    def evaluate(configs, seeds, sweep_dir):
+        results = inner(configs, seeds, sweep_dir)
+        calls.append(sweep_dir.name)
+        if len(calls) == sweeps:
+            raise KeyboardInterrupt
+        return results
+
+    return evaluate
 
 
 @pytest.fixture(scope="module")
@@ -57,24 +82,34 @@ def ray_session():
 
 def test_search_is_deterministic_and_resumes(ray_session, tmp_path):
     whole = run(search_cfg(2), tmp_path / "whole")
-    # interrupted after one generation, then run again into the same directory
-    run(search_cfg(1), tmp_path / "resumed")
+    # killed after the first generation's sweep (reference/, gen_000), then run again into the same directory
+    with pytest.raises(KeyboardInterrupt):
+        run(search_cfg(2), tmp_path / "resumed", killed_after(2))
     first = {p: p.stat().st_mtime_ns for p in (tmp_path / "resumed" / "gen_000").rglob("summary.json")}
     resumed = run(search_cfg(2), tmp_path / "resumed")
     again = {p: p.stat().st_mtime_ns for p in (tmp_path / "resumed" / "gen_000").rglob("summary.json")}
     assert first and first == again  # generation 0 was not simulated again
-    pd.testing.assert_frame_equal(whole.candidates, resumed.candidates)
+    name = "candidates.parquet"
+    assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "resumed" / name).read_bytes()
     assert whole.best_overrides == resumed.best_overrides
     assert (tmp_path / "whole" / "convergence.png").stat().st_size > 1000
-    assert len(whole.candidates) == 2 * 4 * 2  # generations x population x seeds
-    assert whole.candidates["fitness"].notna().all()
+    cands = whole.candidates
+    assert len(cands) == 2 * 4 * 2 * 2  # generations x population x families x seeds
+    assert cands["fitness"].notna().all() and set(cands["family"]) == {"chat", "prefix"}
+    # the training score: the mean over families of the relative difference to the reference (weighted)
+    ref = pd.read_parquet(tmp_path / "whole" / "reference" / "results.parquet")
+    ref_mean = {("chat" if "workload=default" in c else "prefix"): g["fitness"].mean() for c, g in ref.groupby("config")}
+    one = cands[(cands["generation"] == 1) & (cands["candidate"] == 2)]
+    rel = [(g["fitness"].mean() - ref_mean[f]) / ref_mean[f] for f, g in one.groupby("family")]
+    assert one["train_score"].iloc[0] == pytest.approx(sum(rel) / 2)
 
 
 def test_emitted_policy_runs_with_the_cli_and_holdout_ranks_it(ray_session, tmp_path):
     out = tmp_path / "s"
     result = run(search_cfg(1, holdout="[7,8]", baselines="[round_robin]"), out)
     assert result.policy_yaml == out / "policy" / "evolved.yaml"
-    assert set(result.holdout["config"].str.contains("policy=evolved")) == {True, False}
+    assert result.holdout[["family", "policy"]].values.tolist() == [["sessions", "evolved"], ["sessions", "round_robin"]]
+    assert (out / "holdout.csv").exists()
     proc = subprocess.run(
         [sys.executable, "-m", "distsim", f"hydra.searchpath=[file://{out}]", "policy=evolved", *SMALL, f"hydra.run.dir={tmp_path / 'run'}"],
         cwd=ROOT,

@@ -7,6 +7,10 @@ size, ...), written as one string of space-separated overrides or as a list of t
       chat: workload=default workload.num_requests=600 workload.arrival.rate_rps=11
       bursts: [workload=mmpp_burst, workload.num_requests=800]
 
+On the command line: ``search.train.chat='workload=default workload.arrival.rate_rps=8'`` replaces a
+family, ``+search.holdout.big='cluster.instances=8'`` adds one, ``~search.train.chat`` or
+``search.train.chat=null`` drops one (an empty string is the scenario as configured).
+
 Every evaluation composes the search's primary config with, in order: the family's overrides, the
 command line's scenario overrides (so what you type applies to every family and wins over a family's
 own value of the same key), then the candidate's policy overrides. Without families (an empty map) the
@@ -50,8 +54,6 @@ class Family:
 
 
 def _override_list(raw: object, where: str) -> tuple[str, ...]:
-    if raw is None:
-        return ()
     if isinstance(raw, str):
         return tuple(raw.split())
     if isinstance(raw, Sequence) and all(isinstance(x, str) for x in raw):
@@ -80,6 +82,8 @@ def parse_families(node: Mapping[str, object] | None, where: str) -> list[Family
     families = []
     for name, raw in node.items():
         key = f"{where}.{name}"
+        if raw is None:  # search.train.chat=null drops a family, as ~search.train.chat does
+            continue
         if not _NAME.match(str(name)):
             raise ConfigError(key, "a family name is a letter or _ then letters, digits, _ or -")
         overrides = _override_list(raw, key)

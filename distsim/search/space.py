@@ -46,11 +46,13 @@ class SearchSpace:
     map) still sets that key's range."""
 
     def __init__(self, spec: Mapping[str, Mapping[str, object] | None]):
-        if not spec:
+        if not spec or all(raw is None for raw in spec.values()):
             raise ConfigError("search.space", "is empty: name at least one policy.* key to search")
         self.variables: list[Variable] = []
         for name, raw in spec.items():
             where = f"search.space.{name}"
+            if raw is None:  # search.space.load_guard=null drops an entry, as ~search.space.load_guard does
+                continue
             raw = dict(raw or {})
             key = raw.pop("key", name)
             if not isinstance(key, str) or not key.startswith("policy."):
