@@ -1,0 +1,93 @@
+"""scripts/search_readme.py writes README's policy search results from a search's tables (here a tiny
+fake held-out frame and candidates table), between its markers, and nowhere else."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from distsim.search import holdout
+from distsim.search.families import Family
+
+ROOT = Path(__file__).parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("search_readme", ROOT / "scripts" / "search_readme.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_search():
+    families = [Family("trace", ("workload=azure_conv",)), Family("fleet", ("cluster.instances=2",))]
+    policies = [("evolved", ["policy=evolved"]), ("rr", ["policy=round_robin"]), ("pa", ["policy=prefix_affinity"])]
+    configs, keys = holdout.plan(families, [], policies)
+    fitness = {
+        ("trace", "evolved"): [1.10, 1.20, 1.30],
+        ("trace", "rr"): [1.00, 1.11, 1.19],  # ~9% below: a win
+        ("trace", "pa"): [0.90, 1.00, 1.10],
+        ("fleet", "evolved"): [0.50, 0.60, 0.70],
+        ("fleet", "rr"): [0.60, 0.71, 0.79],  # better than the evolved policy
+        ("fleet", "pa"): [0.40, 0.50, 0.60],
+    }
+    rows = [
+        {"config": " ".join(c), "seed": s, "status": "ok", "fitness": f, "ttft_ms.p99": 100.0, "tpot_ms.p99": 10.0}
+        for c, k in zip(configs, keys)
+        for s, f in enumerate(fitness[k])
+    ]
+    table = holdout.compare_families(pd.DataFrame(rows), configs, keys, "evolved")
+    candidates = pd.DataFrame(
+        {
+            "generation": [0, 0, 0, 0],
+            "candidate": [0, 0, 1, 1],
+            "overrides": ["policy.routing.load_guard=3"] * 2 + ["policy.routing.load_guard=7"] * 2,
+            "family": ["chat", "prefix"] * 2,
+            "family_score": [0.01, 0.03, 0.05, 0.07],
+            "train_score": [0.02, 0.02, 0.06, 0.06],
+        }
+    )
+    search = {
+        "algorithm": "cmaes",
+        "reference": "weighted",
+        "train_seeds": [0, 1],
+        "holdout_seeds": [100, 101, 102],
+        "train": {"chat": "workload=default", "prefix": ["workload=prefix_heavy"]},
+        "holdout": {"trace": "workload=azure_conv", "fleet": "cluster.instances=2"},
+        "scenario_overrides": ["workload.num_requests=100"],
+    }
+    return table, candidates, search
+
+
+def test_the_section_reports_training_and_every_held_out_family():
+    text = _script().section(*fake_search())
+    assert "`workload.num_requests=100`" in text  # the command line's overrides are said
+    assert "Best: +0.0600 (generation 1), `policy.routing.load_guard=7`" in text
+    assert "| chat | `workload=default` | +5.0% |" in text and "| prefix | `workload=prefix_heavy` | +7.0% |" in text
+    assert "on 1 of 2 held-out families, and significantly worse than some built-in on 1." in text
+    assert "| trace | 1.200 | rr 1.100 | +9.1% |" in text
+    assert "Held-out family **fleet**: `cluster.instances=2`" in text and "| rr (best built-in) |" in text
+
+
+def test_the_section_goes_between_the_markers_and_nowhere_else(tmp_path):
+    script = _script()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nbefore\n{script.BEGIN}\nold table\n{script.END}\nafter\n", encoding="utf-8")
+    text = script.section(*fake_search())
+    script.replace_block(readme, text, script.BEGIN, script.END)
+    body = readme.read_text(encoding="utf-8")
+    assert body.startswith("# title\n\nbefore\n") and body.endswith(f"{script.END}\nafter\n")
+    assert "old table" not in body and text in body
+    script.replace_block(readme, text, script.BEGIN, script.END)  # the same tables: the same file
+    assert readme.read_text(encoding="utf-8") == body
+    readme.write_text("no markers\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="no .*search_readme.py"):
+        script.replace_block(readme, text, script.BEGIN, script.END)
+
+
+def test_a_directory_that_is_not_a_finished_search_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="no holdout.csv"):
+        _script().read_search(tmp_path)
