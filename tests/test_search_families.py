@@ -256,3 +256,47 @@ def test_the_progress_line_counts_jobs_and_ignores_resumed_ones_for_the_eta():
     # 40 jobs simulated in 60 s; 80 training jobs and 20 held-out jobs left: 150 s
     assert second == "search: generation 2/4  best training score +0.0200  jobs 80/160 (40 resumed)  elapsed 1:30  ETA 2:30"
     assert stream.getvalue().splitlines() == [first, second]
+
+
+# --- the whole loop, on a fake evaluator ---------------------------------------------------------------
+
+
+def fake_evaluate(calls: list):
+    """Fitness from the config's text alone (deterministic), as the runner's results table."""
+    import zlib
+
+    def evaluate(configs, seeds, sweep_dir):
+        calls.append((sweep_dir.name, len(configs), list(seeds)))
+        rows = []
+        for c in configs:
+            text = " ".join(c)
+            for seed in seeds:
+                f = 0.5 + (zlib.crc32(f"{text} {seed}".encode()) % 1000) / 10_000
+                rows.append({"config": text, "seed": seed, "status": "ok", "fitness": f, "policy": "x"})
+        return pd.DataFrame(rows)
+
+    return evaluate
+
+
+def test_the_loop_runs_every_candidate_on_every_family_and_reports_progress(tmp_path, capsys, monkeypatch):
+    from distsim.search import driver
+    from distsim.search.driver import run_search
+
+    made = []
+    monkeypatch.setattr(driver, "SearchProgress", lambda *a, **k: made.append(SearchProgress(*a, **k)) or made[-1])
+
+    cfg = search_cfg("search.population=4", "search.generations=2", "search.train_seeds=[0,1]",
+                     "search.holdout_seeds=[7,8]", "search.baselines=[round_robin]")  # fmt: skip
+    calls = []
+    result = run_search(cfg, tmp_path, ["cluster.instances=2"], evaluate=fake_evaluate(calls))
+    # the reference once, then one sweep per generation (4 candidates x 4 families), then the held-out sweep
+    assert [c[:2] for c in calls[:3]] == [("reference", 4), ("gen_000", 16), ("gen_001", 16)]
+    assert calls[3][0].startswith("holdout_") and calls[3][1:] == (2 * 5, [7, 8])
+    table = result.candidates
+    assert len(table) == 2 * 4 * 4 * 2 and list(table["family"].unique()) == ["chat", "prefix", "bursts", "tenants"]
+    assert result.best_train_fitness == table["train_score"].max()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("search: generation")]
+    assert len(lines) == 2 and lines[0].startswith("search: generation 1/2  best training score ")
+    assert "jobs 32/64" in lines[0] and "ETA " in lines[0]
+    assert made[0].later_jobs == (1 + 1) * 5 * 2  # the ETA counts the held-out jobs: 2 policies x 5 families x 2 seeds
+    assert set(result.holdout["family"]) == {"mooncake", "azure", "sessions", "heavy_tail", "fleet2"}

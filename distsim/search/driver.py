@@ -168,7 +168,8 @@ def _evolve(s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evalu
     grid = TrainingGrid(tuple(train_families(s)), tuple(base_overrides))
     policy = [f"policy={s.base_policy}", "sim.write_requests=false"]
     generations = _generations(s, len(grid.families))
-    progress = SearchProgress(generations, int(s.population) * len(grid.families) * len(seeds), echo=echo)
+    held_out = (1 + len(s.baselines)) * len(holdout_families(s)) * len(s.holdout_seeds)
+    progress = SearchProgress(generations, int(s.population) * len(grid.families) * len(seeds), held_out, echo)
     reference = _reference(s, grid, seeds, out, evaluate)
     rows: list[dict[str, Value]] = []
     any_ok = False
