@@ -92,7 +92,7 @@ def _verdicts(holdout: pd.DataFrame) -> tuple[list[str], str]:
         )
     n = holdout["family"].nunique()
     verdict = (
-        f"The evolved policy is at least {100 * MARGIN:.0f}% better than the best built-in (Holm p < {ALPHA}) on "
+        f"the evolved policy is at least {100 * MARGIN:.0f}% better than the best built-in (Holm p < {ALPHA}) on "
         f"{wins} of {n} held-out families, and significantly worse than some built-in on {worse}."
     )
     head = [
