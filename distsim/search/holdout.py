@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
+from omegaconf import DictConfig
 
+from distsim import outputs
 from distsim.runner.ranking import compare, holm, mean_ci
 from distsim.runner.table import aligned
 from distsim.search.families import Family
@@ -172,10 +174,17 @@ def format_table(table: pd.DataFrame, families: Sequence[Family], seeds: Sequenc
 
 
 def compare_on_holdout(
-    s, out: Path, policy_yaml: Path, base: list[str], evaluate, families: Sequence[Family], *, echo: bool
+    s: DictConfig,
+    out: Path,
+    policy_yaml: Path,
+    base: list[str],
+    evaluate: Callable[[list[list[str]], list[int], Path], pd.DataFrame],
+    families: Sequence[Family],
+    *,
+    echo: bool,
 ) -> pd.DataFrame:
-    """Run the held-out sweep, write holdout.csv and (``echo``) print the table."""
-    from distsim import outputs
+    """Run the held-out sweep (``evaluate`` as distsim.search.driver's), write holdout.csv and (``echo``)
+    print the table; ``s`` is the search's settings, ``base`` the command line's scenario overrides."""
 
     seeds = [int(x) for x in s.holdout_seeds]
     searchpath = f"hydra.searchpath=[file://{out.resolve()}]"
