@@ -19,9 +19,11 @@ from distsim.signals.prefix_index import PrefixIndex
 
 
 def audit(index: PrefixIndex) -> None:
-    """The tree against the runs: each node's mask is the set of instances whose runs cover it; run
-    sizes add up; the tree's node count is right; no node without owners and children is left."""
-    covered: dict[int, int] = {}
+    """The tree against the runs: each node's mask is the set of instances whose runs cover it and its
+    ``heads`` the runs that start at it; run sizes add up; the tree's node count is right; no node without
+    owners and children is left."""
+    covered: dict[int, int] = {}  # node -> the instances whose runs cover it
+    heads: dict[int, int] = {}  # node -> the runs that start at it
     for i in range(index.n):
         total = 0
         lru = index._lru[i]
@@ -32,7 +34,8 @@ def audit(index: PrefixIndex) -> None:
             while node.depth > run.start:
                 assert node.depth - node.n >= run.start, "a run starts inside a node"
                 covered[id(node)] = covered.get(id(node), 0) | (1 << i)
-                node = node.parent
+                top, node = node, node.parent
+            heads[id(top)] = heads.get(id(top), 0) + 1
             total += run.end.depth - run.start
             run = run.next
         assert total == index.size[i] <= index.capacity[i]
@@ -42,7 +45,7 @@ def audit(index: PrefixIndex) -> None:
     while stack:
         node = stack.pop()
         count += 1
-        assert node.mask == covered.get(id(node), 0)
+        assert node.mask == covered.get(id(node), 0) and node.heads == heads.get(id(node), 0)
         assert node.mask or node.children, "a node nobody holds, without children"
         assert node.parent.depth == node.depth - node.n
         stack.extend(node.children.values())
@@ -130,6 +133,21 @@ def test_eviction_takes_heads_and_leaves_unmatchable_tails_held():
     pair.forget(0)
     pair.forget(1)
     assert pair.new.tree.nodes == 0 and not pair.new.tree.root.children
+
+
+def test_a_split_left_by_eviction_heals_once_the_holders_agree_again():
+    """Instance 0 evicts the head of a prompt instance 1 holds whole: the prompt splits there. Once 0 is
+    forgotten and 1 records the prompt again, both parts have the same holders and no run starts between
+    them: they merge back into one node."""
+    p = tuple(range(10))
+    pair = Pair(2, [6, 100], 1, [p])
+    pair.record(1, p)
+    pair.record(0, p)  # 0 keeps 4-9: the prompt splits at 4
+    assert pair.new.tree.nodes == 2
+    pair.forget(0)
+    assert pair.new.tree.nodes == 2  # 1's run still ends below the split, but nobody's starts there
+    pair.record(1, p)
+    assert pair.new.tree.nodes == 1 and pair.new.keys(1) == list(p)
 
 
 class Counted(RefIndex):

@@ -72,6 +72,9 @@ class PrefixIndex:
             if not mask & bit:
                 node.mask = mask | bit if mask else bit
         run = Run(path[-1], 0, keys[0])
+        path[0].heads += 1
+        for node in path[:-1]:
+            self.tree.merge(node)
         lru = self._lru[instance]
         last = lru.prev
         run.prev, run.next = last, lru
@@ -171,6 +174,7 @@ class PrefixIndex:
                 held += node.n
                 first = starts.get(node.src[node.off])
                 if first is not None:  # a run starts here; else the node goes on the run above it
+                    node.heads -= 1
                     if run is not None:
                         self._cut(instance, run, last)
                     run = first
@@ -193,6 +197,7 @@ class PrefixIndex:
         node = run.end
         while node.parent is not last:
             node = node.parent
+        node.heads += 1
         run.start = last.depth
         run.key = node.src[node.off]
         starts[run.key] = run
@@ -213,6 +218,7 @@ class PrefixIndex:
                 self._disown(instance, run.end, run.start)
                 continue
             node = self.tree.starting_at(run.end, run.start + excess)
+            node.heads += 1
             del starts[run.key]
             self._disown(instance, node.parent, run.start)
             run.start += excess
@@ -221,15 +227,17 @@ class PrefixIndex:
             excess = 0
 
     def _disown(self, instance: int, node: Node, start: int) -> None:
-        """``instance`` no longer holds the keys from ``start`` keys deep down to the end of ``node``;
-        nodes left with neither owners nor children go, holes above them included."""
+        """``instance`` no longer holds the keys of a run (or its head) from ``start`` keys deep down to the
+        end of ``node``; nodes left with neither owners nor children go, holes above them included."""
         bit = self._bit[instance]
         one = self._bit
-        bottom = node
+        bottom = top = node
         while node.depth > start:
             rest = node.mask & ~bit
             if rest & (rest - 1) == 0 and rest:  # one owner left: its shared mask object
                 rest = one[rest.bit_length() - 1]
             node.mask = rest
+            top = node
             node = node.parent
+        top.heads -= 1  # where the run started
         self.tree.prune(bottom)

@@ -7,7 +7,9 @@ a request matches a node up to its last equal key (the instance cache's ``_match
 Nodes split where a request diverges or ends inside a run, and where an instance's holding starts or ends
 inside one, so that ownership is the same for every key of a node. A node nobody holds stays while nodes
 below it are held (a *hole*: keys evicted head first leave the tail held, as in the per-key index) and
-goes with its last child.
+goes with its last child. A node and its only child merge again once they have the same holders and no
+instance's run starts at the child (``heads``): else every partial eviction would leave a split behind
+for good, and a shared prompt evicted and recorded again piece by piece would end as one node per key.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ _LEAF: dict[Hashable, Node] = {}  # a leaf's children (shared, never written: a 
 class Node:
     """Keys ``src[off : off + n]`` ending ``depth`` keys from the root, held by the instances of ``mask``."""
 
-    __slots__ = ("parent", "children", "src", "off", "n", "depth", "mask")
+    __slots__ = ("parent", "children", "src", "off", "n", "depth", "mask", "heads")
 
     def __init__(self, parent: Node | None, src: Sequence[Hashable], off: int, n: int, depth: int, mask: int):
         self.parent: Node = parent or self  # the root is its own parent (never followed)
@@ -32,6 +34,7 @@ class Node:
         self.n = n
         self.depth = depth
         self.mask = mask
+        self.heads = 0  # runs (of any instance) that start at this node's first key
 
 
 class KeyTree:
@@ -74,6 +77,7 @@ class KeyTree:
         stays valid, and the head keeps the first key, so whatever finds a run by its first key does."""
         parent = node.parent
         head = Node(parent, node.src, node.off, m, node.depth - node.n + m, node.mask)
+        head.heads, node.heads = node.heads, 0
         parent.children[node.src[node.off]] = head
         node.off += m
         node.n -= m
@@ -92,6 +96,25 @@ class KeyTree:
         if first < depth:
             self.split(node, depth - first)
         return node
+
+    def merge(self, node: Node) -> None:
+        """Join ``node`` to its only child when they have the same holders and no run starts at the
+        child: the child takes the keys and the place (it keeps its object, the end of any run that ends
+        there; no run ends at ``node``, since its holders' runs go on into the child)."""
+        children = node.children
+        if len(children) != 1:
+            return
+        (child,) = children.values()
+        if child.heads or child.mask != node.mask:
+            return
+        child.src = node.src[node.off : node.off + node.n] + child.src[child.off : child.off + child.n]
+        child.off = 0
+        child.n += node.n
+        child.heads = node.heads
+        parent = node.parent
+        child.parent = parent
+        parent.children[child.src[0]] = child
+        self.nodes -= 1
 
     def prune(self, node: Node) -> None:
         """Take ``node`` out if nobody holds it and it has no children, and so on up its ancestors."""
