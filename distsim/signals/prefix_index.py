@@ -15,7 +15,8 @@ one prompt (a later request takes back a head of it, the prompts it shares being
 takes its head, the oldest keys). So an instance's LRU is a list of runs, each named by its last node in
 the shared tree (distsim/signals/prefix_tree.py, which never moves a node's end) and the depth it starts
 at, and found from a request's path by its first key. Recording, evicting and forgetting cost the nodes
-and runs they touch, not the keys.
+and runs they touch, not the keys. No order differs from the per-key index's: the runs are that order,
+cut where it has to be, so the same keys are held and evicted in the same order after every call.
 
 Each tree node carries the bitmask of the instances holding it, so the longest-prefix match of a request
 against every instance is one walk down its nodes intersecting masks, then a few vectorised unpacks.
@@ -73,7 +74,7 @@ class PrefixIndex:
                 node.mask = mask | bit if mask else bit
         run = Run(path[-1], 0, keys[0])
         path[0].heads += 1
-        for node in path[:-1]:
+        for node in path[:-1]:  # a split an eviction left heals once the holders agree again
             self.tree.merge(node)
         lru = self._lru[instance]
         last = lru.prev
