@@ -4,10 +4,12 @@ Every case runs in a fresh child process (so peak memory is its own) on the issu
 `large` cluster (H100, Llama-3.1-70B at TP4) with `cluster.instances` set, the default workload
 (ShareGPT-like lengths, shared system prompts) at 10 requests per second per instance, fresh signals.
 The child times the whole process (imports, compose, workload, simulation; outputs are not written)
-and, by wrapping every registered router's ``route``, the CPU time spent deciding inside the run.
+and, by wrapping every registered router's ``route``, the CPU time spent deciding inside the run, and
+by wrapping the router's prefix index, the CPU seconds of its ``record`` and ``match`` calls (record+match).
 
     python scripts/bench_scale.py headline                 # 1,000 instances, 1,000,000 requests: round_robin vs weighted
     python scripts/bench_scale.py policies                 # every conf/policy at 1,000 instances, 100,000 requests
+    python scripts/bench_scale.py policies --only weighted # round_robin and the policies named
     python scripts/bench_scale.py decisions                # us per routing decision by policy and fleet size
     python scripts/bench_scale.py all --record             # all three, appended to scripts/results/bench_scale.txt
 
@@ -69,8 +71,29 @@ def _time_routers() -> dict[str, float]:
     return acc
 
 
+def _time_index() -> dict[str, float]:
+    """Wrap the router's prefix index (``record`` on dispatch, ``match`` inside decisions) to add up the
+    CPU time of each: what the index costs a prefix-aware run, apart from the rest of the machine's load."""
+    from distsim.signals.prefix_index import PrefixIndex
+
+    acc = {"record": 0.0, "match": 0.0}
+    clock = time.process_time
+    for name in acc:
+        original = getattr(PrefixIndex, name)
+
+        def timed(self, *args, _original=original, _name=name):
+            t0 = clock()
+            out = _original(self, *args)
+            acc[_name] += clock() - t0
+            return out
+
+        setattr(PrefixIndex, name, timed)
+    return acc
+
+
 def child(spec: dict) -> dict:
     acc = _time_routers() if spec.get("time_decisions") else None
+    index = _time_index() if spec.get("time_decisions") else None
     from distsim import load_config, simulate
 
     t0 = time.process_time()
@@ -90,6 +113,7 @@ def child(spec: dict) -> dict:
         out["decisions"] = acc["n"]
         out["route_cpu_s"] = round(acc["s"], 3)
         out["us_per_decision"] = round(acc["s"] / acc["n"] * 1e6, 1) if acc["n"] else None
+        out["index_cpu_s"] = f"{index['record']:.1f}+{index['match']:.1f}"
     return out
 
 
@@ -108,7 +132,8 @@ def policy_table(title: str, names: list[str], requests: int) -> list[str]:
     """Each policy at 1,000 instances, the first (round_robin) as the baseline of the same table."""
     lines = [title]
     lines.append(
-        f"{'policy':<18}{'CPU-s':>9}{'sim CPU-s':>11}{'x round_robin':>15}{'us/decision':>13}{'peak MB':>10}"
+        f"{'policy':<18}{'CPU-s':>9}{'sim CPU-s':>11}{'x round_robin':>15}{'us/decision':>13}"
+        f"{'index rec+match':>17}{'peak MB':>10}"
         f"{'events':>12}{'completed':>11}"
     )
     base = None
@@ -118,7 +143,8 @@ def policy_table(title: str, names: list[str], requests: int) -> list[str]:
         per = r["us_per_decision"]
         lines.append(
             f"{policy:<18}{r['process_cpu_s']:>9.1f}{r['sim_cpu_s']:>11.1f}{r['process_cpu_s'] / base:>15.2f}"
-            f"{(f'{per:.1f}' if per is not None else '-'):>13}{r['peak_rss_mb']:>10.0f}{r['events']:>12,}"
+            f"{(f'{per:.1f}' if per is not None else '-'):>13}{r['index_cpu_s']:>17}{r['peak_rss_mb']:>10.0f}"
+            f"{r['events']:>12,}"
             f"{r['completed']:>11,}"
         )
         print(lines[-1], flush=True)
@@ -130,9 +156,12 @@ def headline(requests: int) -> list[str]:
     return policy_table(title, ["round_robin", "weighted"], requests)
 
 
-def policies(requests: int) -> list[str]:
+def policies(requests: int, only: str = "") -> list[str]:
     names = sorted(p.stem for p in (ROOT / "conf" / "policy").glob("*.yaml") if p.stem != "round_robin")
-    title = f"every policy, 1,000 instances, {requests:,} requests, fresh signals (whole process)"
+    if only:
+        names = [name for name in names if name in only.split(",")]
+    which = "policies" if only else "every policy"
+    title = f"{which}, 1,000 instances, {requests:,} requests, fresh signals (whole process)"
     return policy_table(title, ["round_robin", *names], requests)
 
 
@@ -154,6 +183,7 @@ def main() -> None:
     ap.add_argument("--headline-requests", type=int, default=1_000_000)
     ap.add_argument("--policy-requests", type=int, default=100_000)
     ap.add_argument("--decision-requests", type=int, default=20_000)
+    ap.add_argument("--only", default="", help="policies: these (comma-separated) beside round_robin")
     ap.add_argument("--record", action="store_true", help="append the tables to scripts/results/bench_scale.txt")
     ap.add_argument("--note", default="", help="what else ran on the machine, for the record")
     args = ap.parse_args()
@@ -164,7 +194,7 @@ def main() -> None:
     if args.what in ("headline", "all"):
         lines += headline(args.headline_requests) + [""]
     if args.what in ("policies", "all"):
-        lines += policies(args.policy_requests) + [""]
+        lines += policies(args.policy_requests, args.only) + [""]
     if args.what in ("decisions", "all"):
         lines += decisions(args.decision_requests) + [""]
     text = "\n".join(lines)
