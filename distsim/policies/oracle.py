@@ -21,6 +21,7 @@ distsim.regret.bound (a per-request lower bound on TTFT and E2E).
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,59 +88,85 @@ def shadow(jobs: list[tuple[int, int, int]], model, budget: int, max_seqs: int) 
     """Each job's first-token and last-token time (microseconds from now) when an engine with step-time
     ``model`` serves ``jobs`` (prompt tokens to compute, tokens to generate, KV tokens computed) in order,
     nothing else arriving. A job with no prompt left is decoding (its first token is out: time 0)."""
-    todo = [j[0] for j in jobs]
-    left = [j[1] for j in jobs]
-    ctx = [j[2] for j in jobs]
-    first = [0 if n == 0 else -1 for n in todo]
-    done = [0] * len(jobs)
-    active: list[int] = []
-    waiting = 0  # the next job not yet admitted
-    t = 0
-    while active or waiting < len(jobs):
-        while waiting < len(jobs) and len(active) < max_seqs:
-            active.append(waiting)
-            waiting += 1
-        dec = [i for i in active if todo[i] == 0]
-        room = budget - len(dec)
-        if room > 0 and len(dec) < len(active):
-            t += _prefill_step(active, dec, todo, left, ctx, first, room, model, t)
+    s = _Shadow(jobs)
+    while s.decoders or s.prefilling or s.waiting < len(jobs):
+        s.admit(max_seqs)
+        room = budget - len(s.decoders)
+        if s.prefilling and room > 0:
+            s.prefill_step(room, model)
         else:  # decode only, up to the earliest finish
-            k = min(left[i] for i in dec)
-            t += int(model.decode_steps_us(len(dec), sum(ctx[i] for i in dec), k).sum())
-            for i in dec:
-                left[i] -= k
-                ctx[i] += k
-        for i in active:
-            if left[i] <= 0 and todo[i] == 0:
-                done[i] = t
-        active = [i for i in active if not (left[i] <= 0 and todo[i] == 0)]
-    return first, done
+            k = s.decoders[0][0] - s.steps
+            s.t += int(model.decode_steps_us(len(s.decoders), s.ctx_sum, k).sum())
+            s.ctx_sum += len(s.decoders) * k
+            s.steps += k
+        s.finish()
+    return s.first, s.done
 
 
-def _prefill_step(active, dec, todo, left, ctx, first, room: int, model, t: int) -> int:
-    """One step from ``t``: every decoder's token, then prefill chunks in order within ``room`` tokens; its
-    duration."""
-    decode_ctx = sum(ctx[i] for i in dec)
-    tokens = pairs = kv = seqs = 0
-    finished = []
-    for i in active:
-        if todo[i] == 0 or room <= 0:
-            continue
-        n = min(todo[i], room)
-        room -= n
-        tokens += n
-        pairs += n * ctx[i] + n * (n + 1) // 2
-        kv += ctx[i] + n
-        seqs += 1
-        todo[i] -= n
-        ctx[i] += n
-        if todo[i] == 0:
-            finished.append(i)
-    dur = model.step_us(StepShape(tokens, pairs, kv, len(dec), decode_ctx, seqs))
-    for i in dec:
-        left[i] -= 1
-        ctx[i] += 1
-    for i in finished:  # the step that ends a prompt emits its first token
-        left[i] -= 1
-        first[i] = t + dur
-    return dur
+class _Shadow:
+    """The shadow's state. Decoders are aggregates, as the engine keeps them (distsim/instance/decode_set.py):
+    a heap of (the step count at which each finishes, job, context and step count when it joined) and the
+    summed context, so a decode-only stretch is one step-time call."""
+
+    def __init__(self, jobs: list[tuple[int, int, int]]):
+        self.jobs = jobs
+        self.todo = [j[0] for j in jobs]
+        self.left = [j[1] for j in jobs]
+        self.ctx = [j[2] for j in jobs]
+        self.first = [0 if n == 0 else -1 for n in self.todo]
+        self.done = [0] * len(jobs)
+        self.decoders: list[tuple[int, int, int, int]] = []
+        self.prefilling: list[int] = []
+        self.waiting = 0  # the next job not yet admitted
+        self.t = self.steps = self.ctx_sum = 0
+
+    def admit(self, max_seqs: int) -> None:
+        while self.waiting < len(self.jobs) and len(self.decoders) + len(self.prefilling) < max_seqs:
+            i = self.waiting
+            self.waiting += 1
+            if self.todo[i]:
+                self.prefilling.append(i)
+            else:
+                self.join(i)
+
+    def join(self, i: int) -> None:
+        heapq.heappush(self.decoders, (self.steps + self.left[i], i, self.ctx[i], self.steps))
+        self.ctx_sum += self.ctx[i]
+
+    def finish(self) -> None:
+        """Decoders whose last token came out by now leave."""
+        heap = self.decoders
+        while heap and heap[0][0] <= self.steps:
+            _, i, ctx, joined = heapq.heappop(heap)
+            self.ctx_sum -= ctx + self.steps - joined
+            self.done[i] = self.t
+
+    def prefill_step(self, room: int, model) -> None:
+        """One step: every decoder's token, then prefill chunks in admission order within ``room`` tokens."""
+        todo, ctx = self.todo, self.ctx
+        tokens = pairs = kv = 0
+        chunked = []
+        for i in self.prefilling:
+            if room <= 0:
+                break
+            n = min(todo[i], room)
+            room -= n
+            tokens += n
+            pairs += n * ctx[i] + n * (n + 1) // 2
+            kv += ctx[i] + n
+            chunked.append(i)
+            todo[i] -= n
+            ctx[i] += n
+        self.t += model.step_us(StepShape(tokens, pairs, kv, len(self.decoders), self.ctx_sum, len(chunked)))
+        self.ctx_sum += len(self.decoders)
+        self.steps += 1
+        for i in chunked:
+            if todo[i] == 0:  # the step that ends a prompt emits its first token
+                self.first[i] = self.t
+                self.left[i] -= 1
+                self.ctx[i] += 1
+                self.prefilling.remove(i)
+                if self.left[i] <= 0:
+                    self.done[i] = self.t
+                else:
+                    self.join(i)
