@@ -6,7 +6,7 @@ the search's (conf/search.yaml). Regret: fork-and-replay regret (distsim/regret)
 round_robin, least_loaded and weighted with fresh and 250 ms stale signals, and of the oracle.
 
     python scripts/regret_bench.py headroom [--requests N]
-    python scripts/regret_bench.py regret [--requests N] [--samples K] [--horizon S]
+    python scripts/regret_bench.py regret [--requests N] [--samples K] [--horizon S] [--pin]
 """
 
 from __future__ import annotations
@@ -47,11 +47,12 @@ def headroom(name: str, requests: int | None) -> None:
           f"{e['bound']['p99']:,.1f} | no policy can beat it |")
 
 
-def regrets(requests: int, samples: int, horizon_s: float) -> None:
+def regrets(requests: int, samples: int, horizon_s: float, pin: bool) -> None:
     base = [f"workload.num_requests={requests}"]
-    settings = RegretSettings(samples, int(horizon_s * 1e6))
+    settings = RegretSettings(samples, int(horizon_s * 1e6), pin)
     print(f"\nfork-and-replay regret, default scenario, {' '.join(base)}, regret.samples={samples} "
-          f"regret.horizon_s={horizon_s:g} (regret: chosen minus best candidate, ms; window: request-seconds)")
+          f"regret.horizon_s={horizon_s:g} regret.pin_later={str(pin).lower()} "
+          "(regret: chosen minus best candidate, ms; window: request-seconds)")
     print("| policy | signals | TTFT mean | regret mean | p90 | > 0 | E2E mean | regret mean | p90 | > 0 | "
           "window regret mean |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     cases = [(p, s) for p in ("round_robin", "least_loaded", "weighted") for s in ("fresh", "stale_250ms")]
@@ -74,12 +75,13 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--horizon", type=float, default=20.0)
     ap.add_argument("--scenario", choices=tuple(SCENARIOS), action="append")
+    ap.add_argument("--pin", action="store_true", help="regret.pin_later: later decisions as the run made them")
     args = ap.parse_args()
     if args.part == "headroom":
         for name in args.scenario or SCENARIOS:
             headroom(name, args.requests)
     else:
-        regrets(args.requests or 600, args.samples, args.horizon)
+        regrets(args.requests or 600, args.samples, args.horizon, args.pin)
 
 
 if __name__ == "__main__":

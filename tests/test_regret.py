@@ -88,6 +88,27 @@ def test_the_replay_of_the_policys_own_choice_is_the_run():
         assert runs.loc[d.request_id, "instance"] == d.members[d.chosen]
 
 
+@pytest.mark.parametrize("policy", ["least_loaded", "weighted"])
+def test_a_pinned_replay_of_the_own_choice_is_the_run_too(policy):
+    cfg = load_config([*SMALL, f"policy={policy}", "signals=stale_250ms"])
+    result = simulate(cfg)
+    pinned = regret(resolve(cfg), result.requests, RegretSettings(4, 60_000_000, pin_later=True))
+    runs = result.requests.set_index("request_id")
+    for d in pinned:
+        assert d.outcomes[d.chosen].e2e_us / 1000.0 == pytest.approx(runs.loc[d.request_id, "e2e_ms"], abs=1e-9)
+    table = decision_table(pinned)
+    assert (table.filter(like="_regret_") >= 0).all().all()
+
+
+def test_pinning_changes_nothing_for_a_policy_that_does_not_react():
+    """Round robin's later picks do not depend on where a request went: pinned or not, the same replays."""
+    cfg = load_config([*SMALL, "policy=round_robin"])
+    result = simulate(cfg)
+    free = decision_table(regret(resolve(cfg), result.requests, RegretSettings(4, 5_000_000)))
+    pinned = decision_table(regret(resolve(cfg), result.requests, RegretSettings(4, 5_000_000, pin_later=True)))
+    pd.testing.assert_frame_equal(free, pinned)
+
+
 def test_regret_is_deterministic_and_samples_by_the_seed():
     cfg = load_config([*SMALL, "policy=weighted", "signals=stale_250ms"])
     result = simulate(cfg)

@@ -21,12 +21,16 @@ if TYPE_CHECKING:
 class RegretConfig:
     samples: int = 0  # routing decisions to replay on every alternative instance (0: off)
     horizon_s: float = 30.0  # each replay runs this long after its decision; later tokens count as censored
+    # true: every later decision in a replay is the one the run made (only the sampled one differs: all else
+    # equal); false: the policy makes them, reacting to the changed decision
+    pin_later: bool = False
 
 
 @dataclass(frozen=True)
 class RegretSettings:
     samples: int
     horizon_us: int
+    pin_later: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -37,4 +41,4 @@ def regret_settings(cfg: DictConfig) -> RegretSettings:
     """``regret.*`` checked, naming the key."""
     samples = integer("regret.samples", cfg.regret.samples, low=0)
     horizon_s = positive("regret.horizon_s", cfg.regret.horizon_s)
-    return RegretSettings(samples, max(1, int(round(horizon_s * 1e6))))
+    return RegretSettings(samples, max(1, int(round(horizon_s * 1e6))), bool(cfg.regret.pin_later))

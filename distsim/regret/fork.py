@@ -3,11 +3,12 @@
 The replay runs the scenario again, in this process, with a router that is the configured one plus a
 hook: its own choice is made exactly as in the run (the same scores, the same draws from its stream), and
 for each sampled request the process forks (``os.fork``: a copy-on-write copy of the whole world at that
-instant, no pickling) once per candidate instance. Each child sends the request to its candidate instead,
-lets the simulation go on (later decisions by the policy itself, as they would follow) for the horizon, and
-reports what it saw; the parent keeps the policy's own choice and goes on to the next sampled decision. The
-simulation is deterministic, so the parent's run is the original run, and the child that replays the
-policy's own choice reproduces it (a test checks both).
+instant, no pickling) once per candidate instance. Each child sends the request to its candidate instead and
+lets the simulation go on for the horizon: later decisions made by the policy itself, reacting to the changed
+one, or (pinned) each as the run made it, so that only the sampled decision differs; then it reports what it
+saw. The parent keeps the policy's own choice and goes on to the next sampled decision. The simulation is
+deterministic, so the parent's run is the original run, and the child that replays the policy's own choice
+reproduces it (a test checks both).
 
 What a child reports (an :class:`Outcome`), at ``stop`` = decision + horizon (or the run's own horizon):
 the sampled request's TTFT and E2E as the client sees them (the front end's output lag included, as in
@@ -25,6 +26,8 @@ import os
 import pickle
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from distsim.cells.build import build_world
 from distsim.errors import SimulationError
@@ -72,9 +75,10 @@ class _Done(Exception):
 class Forks:
     """The sampled decisions and the forking; the router's hook calls :meth:`decide`."""
 
-    def __init__(self, sampled: set[int], horizon_us: int):
+    def __init__(self, sampled: set[int], horizon_us: int, pinned: dict[int, int] | None = None):
         self.pending = set(sampled)
         self.horizon_us = horizon_us
+        self.pinned = pinned  # request id -> the instance the run sent it to: later decisions in a replay
         self.decisions: list[Decision] = []
         self.child: tuple[int, Request, int, int] | None = None  # in a child: (pipe, request, decision, stop)
         self.loop: EventLoop | None = None
@@ -83,7 +87,9 @@ class Forks:
 
     def decide(self, req: Request, view: ClusterView, local: int) -> int:
         """The position the request goes to: the policy's own ``local``, or in a child its alternative."""
-        if self.child is not None or req.request_id not in self.pending:
+        if self.child is not None:
+            return self._pin(req, view, local)
+        if req.request_id not in self.pending:
             return local
         self.pending.discard(req.request_id)
         now = view.now
@@ -101,6 +107,15 @@ class Forks:
         if not self.pending:
             raise _Done  # nothing left to replay: the parent's run may stop here
         return local
+
+    def _pin(self, req: Request, view: ClusterView, local: int) -> int:
+        """In a replay, a later decision: the run's own (pinned, where that instance is a candidate), or the
+        policy's."""
+        target = self.pinned.get(req.request_id, -1) if self.pinned is not None else -1
+        if req is self.child[1] or target < 0:
+            return local
+        where = np.flatnonzero(view.members == target)
+        return int(where[0]) if where.size else local
 
     def _fork(self, req: Request, now: int, stop: int) -> Outcome | None:
         """In the parent, the child's outcome; in the child, None (it goes on simulating)."""
@@ -182,9 +197,10 @@ def fresh(req: Request) -> Request:
     )  # fmt: skip
 
 
-def replay(scenario: Scenario, sampled: set[int], horizon_us: int) -> list[Decision]:
-    """Run ``scenario`` again, forking at each sampled request's routing decision (see the module docstring)."""
-    forks = Forks(sampled, horizon_us)
+def replay(scenario: Scenario, sampled: set[int], horizon_us: int, pinned: dict[int, int] | None = None) -> list[Decision]:
+    """Run ``scenario`` again, forking at each sampled request's routing decision (see the module docstring);
+    ``pinned``: the run's own choices (request id -> instance), which later decisions in a replay then keep."""
+    forks = Forks(sampled, horizon_us, pinned)
     routing = scenario.policy.routing
     policy = replace(scenario.policy, routing=replace(routing, cls=forking(routing.cls, forks)))
     sim = scenario.sim

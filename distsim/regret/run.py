@@ -50,7 +50,15 @@ def sample(requests: pd.DataFrame, k: int, seed: int) -> list[int]:
 def regret(scenario: Scenario, requests: pd.DataFrame, settings: RegretSettings) -> list[Decision]:
     """Replay ``settings.samples`` decisions of the run whose requests table is ``requests``."""
     check_supported(scenario)
-    return replay(scenario, set(sample(requests, settings.samples, scenario.seed)), settings.horizon_us)
+    pinned = choices(scenario, requests) if settings.pin_later else None
+    return replay(scenario, set(sample(requests, settings.samples, scenario.seed)), settings.horizon_us, pinned)
+
+
+def choices(scenario: Scenario, requests: pd.DataFrame) -> dict[int, int]:
+    """The run's routing decisions: request id -> the instance its router chose (the prefill one under P/D)."""
+    column = "prefill_instance" if any(pool.role != "mixed" for pool in scenario.pools) else "instance"
+    routed = requests[requests[column] >= 0]
+    return dict(zip(routed["request_id"].tolist(), routed[column].tolist()))
 
 
 def _values(decision: Decision, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +110,8 @@ def summary(decisions: list[Decision], settings: RegretSettings) -> dict[str, An
     """regret.json's figures: per metric, the regret's mean, p50, p90 and max, the share of decisions with a
     regret > 0, and the mean chosen and best values."""
     table = decision_table(decisions)
-    out: dict[str, Any] = {"samples": len(decisions), "horizon_s": settings.horizon_us / 1e6}
+    out: dict[str, Any] = {"samples": len(decisions), "horizon_s": settings.horizon_us / 1e6,
+                           "pin_later": settings.pin_later}
     for metric in METRICS:
         suffix = "s" if metric == "window" else "ms"
         if table.empty:
