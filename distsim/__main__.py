@@ -27,15 +27,22 @@ print_warnings_as_lines()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    from distsim.config.regret import regret_settings
     from distsim.progress import wanted
     from distsim.report_table import format_summary
     from distsim.simulate import simulate
 
     out_dir = HydraConfig.get().runtime.output_dir
+    regret = None
     try:
         outputs.prepare_dir(out_dir)  # a bad directory fails now, not after simulating
-        result = simulate(cfg, progress=wanted(cfg.sim.progress, sys.stderr))
-        result.write(out_dir, write_requests=bool(cfg.sim.write_requests))
+        replays = regret_settings(cfg)  # regret.* (off unless regret.samples > 0)
+        if replays.enabled:
+            regret = _with_regret(cfg, out_dir, replays)
+            result = regret[0]
+        else:
+            result = simulate(cfg, progress=wanted(cfg.sim.progress, sys.stderr))
+            result.write(out_dir, write_requests=bool(cfg.sim.write_requests))
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)
         sys.exit(2)
@@ -43,7 +50,28 @@ def main(cfg: DictConfig) -> float | None:
         print("distsim: out of memory while simulating: fewer instances or requests, or a machine with more memory", file=sys.stderr)
         sys.exit(1)
     print(format_summary(result.summary, out_dir))
+    if regret is not None:
+        from distsim.regret.run import regret_line
+
+        print(regret_line(regret[1]))
     return result.summary["fitness"]
+
+
+def _with_regret(cfg: DictConfig, out_dir: str, replays):
+    """The run, written as usual, then its sampled decisions replayed (distsim.regret): (result, regret.json)."""
+    import time
+
+    from distsim.progress import wanted
+    from distsim.regret.run import check_supported, write_regret
+    from distsim.resolve import resolve
+    from distsim.simulate import run
+
+    started = (time.perf_counter(), time.process_time())
+    scenario = resolve(cfg)
+    check_supported(scenario)  # before simulating
+    result = run(scenario, started=started, progress=wanted(cfg.sim.progress, sys.stderr))
+    result.write(out_dir, write_requests=bool(cfg.sim.write_requests))
+    return result, write_regret(out_dir, scenario, result.requests, replays)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("distsim.config",)),
     ("resolve", ("distsim.resolve",)),  # the whole config into one frozen Scenario, composing the features' settings
     ("simulate", ("distsim.simulate", "distsim.progress", "distsim.hydra_entry")),  # one run, its progress line
+    ("regret", ("distsim.regret",)),  # fork-and-replay regret of a run's decisions; the latency lower bound
     ("runner", ("distsim.runner",)),  # sweeps of runs
     ("search", ("distsim.search",)),  # policy search over sweeps
     ("fidelity", ("distsim.fidelity", "distsim.validate")),  # real runs against simulated ones

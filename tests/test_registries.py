@@ -28,7 +28,7 @@ FAMILIES = [
     (READERS, "workload.format", {"mooncake", "azure", "burstgpt", "csv", "parquet"}),
     (PROCESSES, "workload.arrival.process", {"poisson", "gamma", "mmpp", "constant", "schedule"}),
     (DISTS, "workload.input_tokens.dist", {"fixed", "uniform", "lognormal", "exponential", "normal", "empirical"}),
-    (ROUTERS, "policy.routing.kind", {"round_robin", "random", "least_loaded", "weighted", "session_affinity"}),
+    (ROUTERS, "policy.routing.kind", {"round_robin", "random", "least_loaded", "weighted", "session_affinity", "oracle"}),
     (ADMISSIONS, "policy.admission.kind", {"always", "token_bucket", "queue_limit", "slo_aware", "reject_all"}),
     (SCORERS, "policy.routing.scorers", {"queue_depth", "kv_utilization", "prefix_affinity", "load_balance"}),
     (FITNESS, "fitness.kind", {"goodput", "weighted"}),

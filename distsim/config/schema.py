@@ -15,6 +15,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from distsim.autoscale.schema import AutoscaleConfig
+from distsim.config.regret import RegretConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
 from distsim.runtime.schema import RuntimeConfig
@@ -280,6 +281,7 @@ class Config:
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     search: SearchConfig = field(default_factory=SearchConfig)  # used by python -m distsim.search only
+    regret: RegretConfig = field(default_factory=RegretConfig)  # fork-and-replay regret of a single run (off: 0 samples)
 
 
 _registered = False

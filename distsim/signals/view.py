@@ -87,6 +87,12 @@ class ClusterView:
     def outstanding(self) -> np.ndarray:
         return self._pick(self._state.outstanding)
 
+    def clairvoyant_engines(self) -> list[Any]:
+        """The candidate engines themselves, for the clairvoyant reference router (distsim.policies.oracle)
+        only: no deployable policy calls it (tests/test_policies_never_read_output_length.py)."""
+        engines = self._board.instances
+        return [engines[i] for i in self.members]
+
     def prefix_match(self, req: Request) -> np.ndarray:
         """Blocks of the request's prompt each candidate holds, per the router's own index."""
         if self._index is None:
