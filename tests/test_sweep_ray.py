@@ -117,6 +117,14 @@ def test_a_bad_value_in_any_configuration_stops_the_sweep_before_its_first_job(t
     assert not list(out.glob("*/result.json")) and not (out / "results.parquet").exists()
 
 
+def test_regret_in_a_sweep_is_refused_not_ignored(tmp_path):
+    out = tmp_path / "sweep"
+    with pytest.raises(UserError, match=r"regret.samples: .*without -m.*configuration: "):
+        sweep(["workload.num_requests=200", "regret.samples=2", "seed=0,1"], out, num_workers=1,
+              progress=False, echo=False)
+    assert not list(out.glob("*/result.json"))
+
+
 def test_a_job_whose_worker_keeps_dying_fails_after_the_retries(ray_session, tmp_path, monkeypatch):
     monkeypatch.setenv("DISTSIM_FAULT_EXIT", f"0:{tmp_path / 'killed'}")
     outcome = sweep([*SMALL, "seed=0"], tmp_path / "sweep", max_retries=0, progress=False, echo=False)

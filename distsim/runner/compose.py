@@ -60,10 +60,14 @@ def compose_all(jobs: Sequence[Job], plan: SweepPlan, compose: Composer) -> dict
 def _check_configuration(cfg: DictConfig, job: Job) -> None:
     """Resolve the configuration (distsim.resolve.resolve) so a bad value in any section stops
     the sweep before its first job, with one line naming the key and the configuration."""
+    from distsim.config.regret import regret_settings
+    from distsim.errors import ConfigError
     from distsim.resolve import resolve
 
     try:
         resolve(cfg)
+        if regret_settings(cfg).enabled:  # a sweep's jobs would not replay: refused, never ignored
+            raise ConfigError("regret.samples", "replays a single run's decisions: run without -m")
     except UserError as err:
         label = " ".join(texts(job.config)) or "(no overrides)"
         raise UserError(f"{err} (configuration: {label})") from None
