@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from distsim.instance.lru import LruSet
+from lruset import LruSet
 
 
 class KVCache:

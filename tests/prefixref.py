@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 import numpy as np
-
-from distsim.instance.lru import LruSet
+from lruset import LruSet
 
 
 class PrefixIndex:

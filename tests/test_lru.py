@@ -7,8 +7,7 @@ from collections import OrderedDict
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from distsim.instance.lru import LruSet
+from lruset import LruSet
 
 OPS = st.lists(st.tuples(st.sampled_from(["add", "remove", "touch", "pop"]), st.integers(0, 30)), max_size=400)
 
