@@ -115,7 +115,7 @@ class SignalBoard:
             self._run_tag[slot] += 1
             self.kv_run[slot] = 0
         else:
-            del self._in_run[slot]
+            self._in_run.pop(slot, None)
 
     def _follow(self, inst: RunSource, slot: int, tag: int, now: int) -> None:
         blocks, holds_until = inst.run_blocks_at(now)
