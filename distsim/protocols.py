@@ -79,7 +79,7 @@ class SignalSource(Protocol):
 
 class RunSource(SignalSource, Protocol):
     """A source whose fast-forwarded decode runs the board follows (an Instance; a runtime starts none):
-    the blocks its run holds at ``now`` and the last instant that count holds."""
+    the blocks its run holds at ``now`` and the last instant that count holds (-1: until the run ends)."""
 
     def run_blocks_at(self, now: int, /) -> tuple[int, int]: ...
 

@@ -227,5 +227,5 @@ def test_list_and_array_decode_runs_agree_for_every_model():
         for b, ctx0, count in runs:
             steps = m.decode_steps_us(b, ctx0, count).tolist()
             assert m.decode_steps(b, ctx0, count) == steps
-            assert m.decode_run_ends(b, ctx0, count, 1_000) == list(accumulate(steps, initial=1_000))[1:]
-            assert LatencyModel.decode_run_ends(m, b, ctx0, count, 1_000) == m.decode_run_ends(b, ctx0, count, 1_000)
+            assert list(m.decode_run_ends(b, ctx0, count, 1_000)) == list(accumulate(steps, initial=1_000))[1:]
+            assert list(LatencyModel.decode_run_ends(m, b, ctx0, count, 1_000)) == list(m.decode_run_ends(b, ctx0, count, 1_000))

@@ -8,9 +8,10 @@ from __future__ import annotations
 from itertools import accumulate
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from simkit import engine, policy, run, signals
+from simkit import engine, policy, run, signals, transfer
 
 from distsim.instance.decode_set import ceil_div
 from distsim.instance.latency.linear import LinearLatency
@@ -142,3 +143,129 @@ def test_a_long_decode_run_is_read_mid_run_at_a_cost_bounded_by_its_steps(monkey
     reads = len(seen)
     assert calls["n"] <= steps + sim.loop.events  # one per step boundary crossed, plus one per run planned
     assert calls["n"] < reads  # far fewer than the reads
+
+
+def _requests(seed: int, n: int, gap_us: float) -> list[Request]:
+    """Shared and private prompt blocks (block size 4), outputs long enough for decode runs."""
+    rng = np.random.default_rng(seed)
+    reqs = []
+    for i, t in enumerate(np.cumsum(rng.exponential(gap_us, n)).astype(np.int64)):
+        prompt = int(rng.integers(4, 160))
+        blocks = ceil_div(prompt, 4)
+        shared = int(rng.integers(0, 3)) * 1000
+        hashes = tuple(shared + b for b in range(min(blocks, 5))) + tuple(10**6 + i * 100 + b for b in range(blocks - 5))
+        reqs.append(Request(i, int(t), prompt, int(rng.integers(1, 120)), block_hashes=hashes))
+    return reqs
+
+
+def _pd_pools(async_scheduling: bool):
+    from simkit import FAKE_HW, tiny_model
+
+    from distsim.cluster.pools import PoolSpec
+
+    model, latency = tiny_model(1000), LinearLatency(100.0, 2.0, 5.0)
+    prefill = engine(max_num_seqs=8, max_num_batched_tokens=128, block_size=4, total_kv_blocks=300,
+                     async_scheduling=async_scheduling)
+    decode = engine(max_num_seqs=16, max_num_batched_tokens=128, block_size=4, total_kv_blocks=90,
+                    async_scheduling=async_scheduling)
+    return [PoolSpec("prefill", 2, "prefill", FAKE_HW, model, 1, prefill, latency, "cluster.pools[0]"),
+            PoolSpec("decode", 2, "decode", FAKE_HW, model, 1, decode, latency, "cluster.pools[1]")]
+
+
+ROUTED_CASES = {  # name: (engine keywords or "pd", routing, refresh interval ms)
+    "preempting": (dict(max_num_seqs=12, total_kv_blocks=70), "weighted", 0.0),
+    "preempting_async": (dict(max_num_seqs=12, total_kv_blocks=70, async_scheduling=True), "weighted", 0.0),
+    "roomy_async_least_kv": (dict(max_num_seqs=24, total_kv_blocks=600, async_scheduling=True), "least_kv", 0.0),
+    "one_decoder_at_a_time": (dict(max_num_seqs=1, total_kv_blocks=200), "least_kv", 0.0),
+    "cpu_tier": (dict(max_num_seqs=10, total_kv_blocks=60, cpu_kv_blocks=200), "weighted", 0.0),
+    "scraped": (dict(max_num_seqs=12, total_kv_blocks=80, async_scheduling=True), "weighted", 2.0),
+    "pd": ("pd", "weighted", 0.0),
+    "pd_async": ("pd_async", "least_kv", 0.0),
+}
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+@pytest.mark.parametrize("case", sorted(ROUTED_CASES))
+def test_kv_use_read_at_every_routing_decision_equals_recomputing_every_run(case, seed, monkeypatch):
+    """At every routing decision (before the router reads it), the board's KV use, kept by following each
+    run only when its value changes, equals the value recomputed from every instance's state and its run's
+    step times: P/D, preemptions, the CPU tier, async scheduling, scraped signals."""
+    from distsim.cluster.cluster import Cluster
+
+    kw, routing, interval = ROUTED_CASES[case]
+    decisions = {"n": 0, "in_runs": 0}
+    original = Cluster._route
+
+    def checked(self, req, now, router, view, stage):
+        board = self.board
+        want = [kv_used_from_scratch(inst, now) for inst in board.instances]
+        got = board.current("kv_utilization", now) * board.kv_total
+        assert np.array_equal(np.rint(got).astype(np.int64), want), f"{case} at t={now}us ({stage})"
+        decisions["n"] += 1
+        decisions["in_runs"] += sum(inst.plan.steps > 1 and inst.plan.ends_us is not None for inst in board.instances)
+        return original(self, req, now, router, view, stage)
+
+    monkeypatch.setattr(Cluster, "_route", checked)
+    reqs = _requests(seed, 160, 400.0)
+    sigs = signals(interval)
+    if isinstance(kw, str):
+        sim = run(reqs, pools=_pd_pools(kw == "pd_async"), policy_cfg=policy(routing), signals_cfg=sigs,
+                  transfer_cfg=transfer(0.5, 50.0))
+    else:
+        sim = run(reqs, engine(block_size=4, **kw), instances=3, policy_cfg=policy(routing), signals_cfg=sigs)
+    assert decisions["n"] >= len(reqs) and decisions["in_runs"] > 20  # decisions were made inside runs
+    if case.startswith("preempting"):
+        assert sum(inst.stats.preemptions for inst in sim.cluster.instances) > 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(scenarios(), st.floats(0.0, 1.0))
+def test_kv_use_first_read_late_follows_the_runs_already_in_flight(c, start_share):
+    """A policy that reads other signals live leaves the board noting runs only; KV use read for the first
+    time at a random instant, and at every event after it, equals the value recomputed from scratch."""
+    last = int(c["requests"][-1].arrival_us)
+    first_read = int(start_share * last)
+
+    def check(sim, now):
+        if now < first_read:
+            return
+        board = sim.cluster.board
+        want = [kv_used_from_scratch(inst, now) for inst in board.instances]
+        got = board.current("kv_utilization", now) * board.kv_total
+        assert np.array_equal(np.rint(got).astype(np.int64), want), f"t={now}us"
+
+    params = engine(max_num_seqs=c["seqs"], max_num_batched_tokens=64, block_size=4, total_kv_blocks=c["blocks"])
+    sim = run(c["requests"], params, LinearLatency(100.0, 2.0, 5.0), instances=c["instances"],
+              policy_cfg=policy("least_loaded"), after_event=check)
+    assert sim.cluster.board.pushed
+
+
+def test_a_run_is_recomputed_only_where_a_step_takes_a_block(monkeypatch):
+    """A lone decoder takes a block every 4th step (block size 4) while reads come at about every step:
+    the board recomputes its run's KV use once per run planned and once per block taken, not at every
+    step boundary a read crossed."""
+    from distsim.instance.instance import Instance
+
+    calls: dict[int, int] = {}
+    original = Instance.run_blocks_at
+
+    def counted(self, now):
+        calls[self.index] = calls.get(self.index, 0) + 1
+        return original(self, now)
+
+    monkeypatch.setattr(Instance, "run_blocks_at", counted)
+    reqs = [Request(0, 0, 8, 400)] + [Request(i, 1_000 + i * 97, 8, 1) for i in range(1, 400)]
+    seen = []
+
+    def check(sim, now):
+        long = sim.cluster.instances[reqs[0].instance]
+        if long.plan.ends_us is not None and 0 in long.running:
+            seen.append(round(sim.cluster.board.current("kv_utilization", now)[long.slot] * long.kv.total))
+            assert seen[-1] == kv_used_from_scratch(long, now)
+
+    sim = run(reqs, engine(max_num_seqs=1, total_kv_blocks=400), instances=2, routing="least_kv", after_event=check)
+    long = sim.cluster.instances[reqs[0].instance]
+    runs = len(long.stats.itl_run_counts)
+    assert len(seen) > 300 and len(set(seen)) > 90 and seen == sorted(seen)
+    assert calls[long.index] <= runs + 400 // 4 + 1  # runs planned, plus the blocks the long request takes
+    assert long.stats.steps > 3 * calls[long.index]

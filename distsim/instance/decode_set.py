@@ -98,6 +98,17 @@ class DecodeSet:
                 need += sum(counts[: top + 1]) + sum(counts[bs + low :])
         return need
 
+    def next_need(self, c: int, limit: int) -> int:
+        """How many of steps c .. c+limit-1 come before the first that needs a block (-1: none does)."""
+        counts = self.phase_counts
+        bs = self.bs
+        phase = (1 - c) % bs  # step c + j needs counts[(1 - c - j) % bs]
+        for j in range(limit if limit < bs else bs):  # the phases repeat every bs steps
+            if counts[phase]:
+                return j
+            phase = phase - 1 if phase else bs - 1
+        return -1
+
     def run_length(self, c: int, available: int) -> int:
         """How many decode-only steps can run from step ``c`` before anyone finishes or the ``available``
         blocks run out: up to and including the earliest finish, as far as the blocks reach."""

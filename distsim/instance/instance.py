@@ -445,14 +445,15 @@ class Instance(Scheduler):
         return self.decoders.block_need(self.plan.start + 1, started) if started > 0 else 0
 
     def run_blocks_at(self, now: int) -> tuple[int, int]:
-        """``run_blocks_by(now)`` and the last instant it holds (the end of the step running at ``now``:
-        the next step takes its blocks when that one ends). A cut only shortens the run, so a value
-        stays right until the run is applied."""
+        """``run_blocks_by(now)`` and the last instant it holds: the end of the step before the next one
+        that takes a block (a step takes its blocks when the one before it ends), -1 when no later step
+        of the run takes one. A cut only shortens the run, so a value stays right until it is applied."""
         plan = self.plan
         started = plan.steps_started_after_first(now)
-        if started >= plan.steps - 1:
-            return self.run_blocks_by(now), plan.end_us  # every step has started: fixed until applied
-        return self.run_blocks_by(now), plan.ends_us[started]
+        dec = self.decoders
+        first = plan.start + 1
+        ahead = dec.next_need(first + started, plan.steps - 1 - started)
+        return (dec.block_need(first, started) if started else 0), (plan.ends_us[started + ahead] if ahead >= 0 else -1)
 
     # ------------------------------------------------------------------ end of simulation
     def settle(self, horizon: int) -> None:

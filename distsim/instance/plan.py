@@ -9,6 +9,7 @@ settled at the horizon: both are a bisection of those end times.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,8 @@ class StepPlan:
     dur_us: int = 0  # a single step's duration
     decoders: int = 0  # decoding requests in every step of the plan
     chunks: list[tuple[Request, int]] = field(default_factory=list)  # a single step's (request, prefill tokens)
-    ends_us: list[int] | None = None  # a fast-forwarded run: each planned step's end time (None: not a run)
+    ends_us: MutableSequence[int] | None = None  # a fast-forwarded run: each planned step's end time (a list,
+    # or an array("q") for a long run: distsim.instance.latency.base.LatencyModel.decode_run_ends; None: not a run)
 
     def step(self, start: int, begin_us: int, decoders: int, chunks: list[tuple[Request, int]], dur_us: int) -> None:
         """Plan one step."""
@@ -39,7 +41,7 @@ class StepPlan:
         self.steps = 1
         self.end_us = begin_us + dur_us
 
-    def run(self, start: int, begin_us: int, decoders: int, ends_us: list[int]) -> None:
+    def run(self, start: int, begin_us: int, decoders: int, ends_us: MutableSequence[int]) -> None:
         """Plan a run of decode-only steps ending at ``ends_us`` (not empty)."""
         self.start = start
         self.begin_us = begin_us

@@ -60,9 +60,12 @@ class InstanceStats:
         self.itl_run_weights: list[int] = []  # decoding requests per run
         self.itl_single: list[int] = []
 
-    def add_run(self, begin_us: int, ends_us: list[int], decoders: int) -> None:
+    def add_run(self, begin_us: int, ends_us: list[int] | array, decoders: int) -> None:
         """A run of decode steps from ``begin_us``, its steps ending at ``ends_us``, ``decoders`` in each."""
-        self.itl_run_ends.fromlist(ends_us)
+        if type(ends_us) is list:
+            self.itl_run_ends.fromlist(ends_us)
+        else:
+            self.itl_run_ends.extend(ends_us)  # an array("q"): a copy of its bytes
         self.itl_run_begins.append(begin_us)
         self.itl_run_counts.append(len(ends_us))
         self.itl_run_weights.append(decoders)

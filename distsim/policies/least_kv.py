@@ -1,6 +1,5 @@
 """Least KV: the instance with the lowest KV-cache utilisation; ties go to the least loaded."""
 
-import numpy as np
 
 from distsim.policies.base import ROUTERS, Router
 from distsim.policies.choice import load, pick_min
@@ -13,7 +12,7 @@ class LeastKV(Router):
     def route(self, req, view) -> int:
         kv = view.kv_utilization()
         self.last_scores = -kv
-        ties = np.flatnonzero(kv == kv.min())
+        ties = (kv == kv[kv.argmin()]).nonzero()[0]  # the least (argmin: min()'s value, cheaper)
         if ties.size == 1:
             return int(ties[0])
         return int(ties[pick_min(load(view)[ties], self.ctx.rng)])

@@ -5,8 +5,6 @@ request goes to the least loaded instead, which then becomes warm for that prefi
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from distsim.errors import ConfigError
 from distsim.policies.base import ROUTERS, Router
 from distsim.policies.choice import pick_min
@@ -39,10 +37,10 @@ class PrefixAffinity(Router):
             return least
         match = view.prefix_match(req)
         self.last_scores = match / len(req.block_hashes)
-        best = match.max()
+        best = match[match.argmax()]  # max(), cheaper
         if best == 0:
             return least
-        warm = np.flatnonzero(match == best)
+        warm = (match == best).nonzero()[0]
         choice = int(warm[pick_min(outstanding[warm], self.ctx.rng)])
         if outstanding[choice] > outstanding[least] + self.guard:
             return least

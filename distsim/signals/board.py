@@ -8,9 +8,12 @@ delay, like a metrics scrape. A scrape copies a few small arrays, so stale signa
 
 Every signal costs O(1) per change, whatever the fleet size. KV use inside a fast-forwarded decode run
 changes at step boundaries the instance never visits one by one: the board keeps each such run's blocks
-as of the last read in ``kv_run`` with the last instant that value holds, and a heap of those instants;
-a read recomputes only the runs that crossed a step boundary since (a closed form from the decode set's
-aggregates), so reads agree with stepping one by one at a cost bounded by the steps simulated.
+as of the last read in ``kv_run`` with the last instant that value holds (the end of the step before the
+next one that takes a block; none when no later step of the run takes one), and a heap of those
+instants; a read recomputes only the runs whose value changed since (a closed form from the decode set's
+aggregates), so reads agree with stepping one by one at a cost bounded by the steps simulated, and no
+read recomputes a run whose value has not changed. Until something reads KV use, the board only notes
+which instances have a run in flight, and starts following them at that first read.
 """
 
 from __future__ import annotations
@@ -44,10 +47,13 @@ class SignalBoard:
         for slot, inst in enumerate(instances):
             inst.slot = slot  # the instance's row in this board's arrays
         # fast-forwarded runs (pushed instances): blocks taken beyond the run's first step, as of the last
-        # read; a heap of (last instant that value holds, slot, run tag): stale tags are skipped
+        # read; a heap of (last instant that value holds, slot, run tag): stale tags are skipped. Before
+        # the first read of KV use, only the instances with a run in flight, by slot.
         self.kv_run = np.zeros(n, dtype=np.int64)
         self._run_tag = [0] * n
         self._run_heap: list[tuple[int, int, int]] = []
+        self._following = False
+        self._in_run: dict[int, RunSource] = {}
         self.cadence = settings.cadence
         self.delay_us = settings.transport_delay_us
         self.live = settings.live
@@ -81,7 +87,9 @@ class SignalBoard:
         if name == "kv_utilization":
             if not self.pushed:
                 return self.kv_used / self.kv_total
-            if self._run_heap and self._run_heap[0][0] < now:
+            if not self._following:
+                self._follow_runs(now)
+            elif self._run_heap and self._run_heap[0][0] < now:
                 self._advance_runs(now)
             return (self.kv_used + self.kv_run) / self.kv_total
         if name == "cache_hit_rate":
@@ -94,28 +102,45 @@ class SignalBoard:
     def run_started(self, inst: RunSource, now: int) -> None:
         """A pushed instance planned a run of decode steps (it took the first step's blocks already)."""
         slot = inst.slot
-        tag = self._run_tag[slot] = self._run_tag[slot] + 1
-        blocks, holds_until = inst.run_blocks_at(now)
-        self.kv_run[slot] = blocks
-        heapq.heappush(self._run_heap, (holds_until, slot, tag))
+        if self._following:
+            self._run_tag[slot] = tag = self._run_tag[slot] + 1
+            self._follow(inst, slot, tag, now)
+        else:
+            self._in_run[slot] = inst
 
     def run_ended(self, inst: RunSource) -> None:
         """The run was applied: its blocks are in the instance's own count (pushed with the event)."""
         slot = inst.slot
-        self._run_tag[slot] += 1
-        self.kv_run[slot] = 0
+        if self._following:
+            self._run_tag[slot] += 1
+            self.kv_run[slot] = 0
+        else:
+            self._in_run.pop(slot, None)
+
+    def _follow(self, inst: RunSource, slot: int, tag: int, now: int) -> None:
+        blocks, holds_until = inst.run_blocks_at(now)
+        self.kv_run[slot] = blocks
+        if holds_until >= 0:  # a later step of the run takes a block
+            heapq.heappush(self._run_heap, (holds_until, slot, tag))
+
+    def _follow_runs(self, now: int) -> None:
+        """The first read of KV use: follow the runs in flight from now on (and every later one)."""
+        self._following = True
+        tags = self._run_tag
+        for slot, inst in self._in_run.items():
+            tags[slot] = tag = tags[slot] + 1
+            self._follow(inst, slot, tag, now)
+        self._in_run.clear()
 
     def _advance_runs(self, now: int) -> None:
-        """Bring ``kv_run`` to ``now`` for the runs that crossed a step boundary since the last read."""
+        """Bring ``kv_run`` to ``now`` for the runs whose value changed since the last read."""
         heap = self._run_heap
         tags = self._run_tag
+        instances = self.instances
         while heap and heap[0][0] < now:
             _, slot, tag = heapq.heappop(heap)
-            if tags[slot] != tag:
-                continue  # the run ended
-            blocks, holds_until = self.instances[slot].run_blocks_at(now)
-            self.kv_run[slot] = blocks
-            heapq.heappush(heap, (holds_until, slot, tag))
+            if tags[slot] == tag:  # else the run ended
+                self._follow(instances[slot], slot, tag, now)
 
     def _pull(self) -> None:
         """Read every instance's state (a scrape without pushes: a few fields per instance)."""

@@ -26,8 +26,8 @@ class Scorer:
 
 def inverse_minmax(values: np.ndarray) -> np.ndarray:
     """1 for the smallest value, 0 for the largest, linear between; all 1 when all are equal."""
-    lo = values.min()
-    span = values.max() - lo
+    lo = values[values.argmin()]  # min() and max(), exactly (the first extreme; NaN if any), cheaper
+    span = values[values.argmax()] - lo
     if span == 0:
         return np.ones(values.size, dtype=np.float64)
     return 1.0 - (values - lo) / span

@@ -19,5 +19,5 @@ class PrefixAffinityScorer(Scorer):
             return np.zeros(view.n)
         share = view.prefix_match(req) / len(req.block_hashes)
         outstanding = view.outstanding()
-        share[outstanding > outstanding.min() + self.guard] = 0.0
+        share[outstanding > outstanding[outstanding.argmin()] + self.guard] = 0.0
         return share
