@@ -6,10 +6,10 @@ on 100 ms summaries, Vivaldi-style round trips, spill-over), with 1,000,000 requ
     python scripts/bench_cells.py --cells 16 --requests 100000     # a smaller fleet of the same cells
     python scripts/bench_cells.py --record --note "machine shared"   # append to scripts/results/bench_cells.txt
 
-The workload is the embedded default's chat traffic (ShareGPT-like lengths) without its shared system
-prompts (``workload.prefix.share=0``): every request's KV blocks would otherwise stay in its instance's
-prefix cache as one dictionary entry each (about 170 blocks per request, a hundred-odd bytes per entry),
-some 15 GB for a million requests. Arrivals are Poisson at ``--rate-per-instance`` requests per second per
+The workload is the embedded default's chat traffic (ShareGPT-like lengths) with its shared system
+prompts (80% of requests open with one of 400 shared 2,048-token prompts); ``--prefix-share 0`` takes them
+away (the figures recorded before issue 26, when each cached block was a dictionary entry of its own and a
+million requests' prompts would have needed some 15 GB). Arrivals are Poisson at ``--rate-per-instance`` requests per second per
 instance (default 4: the million requests arrive within about two seconds, some 7.6 per instance, so
 every instance serves several at once; GPU utilisation over the whole run is about 0.6 at 16 cells); inside
 each cell requests go to the least loaded instance (fresh signals). The run is in-process and writes no files; it prints wall and CPU seconds and
@@ -31,15 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "scripts" / "results" / "bench_cells.txt"
 
 
-def overrides(cells: int, per_cell: int, requests: int, rate_per_instance: float, policy: str) -> list[str]:
+def overrides(
+    cells: int, per_cell: int, requests: int, rate_per_instance: float, policy: str, prefix_share: float | None
+) -> list[str]:
     instances = cells * per_cell
-    return [
+    share = [] if prefix_share is None else [f"workload.prefix.share={prefix_share}"]
+    return [*share,
         "cluster=cells_large",
         f"cluster.instances={instances}",
         f"cluster.cells.count={cells}",
         f"policy={policy}",
         "signals=fresh",
-        "workload.prefix.share=0",
         f"workload.num_requests={requests}",
         f"workload.arrival.rate_rps={rate_per_instance * instances}",
         "sim.write_requests=false",
@@ -71,12 +73,12 @@ def instrument(clock: dict, t0: tuple[float, float]) -> None:
         clock["build_cpu_s"] = round(time.process_time() - c, 2)
         return fleet
 
-    def timed_measure(cluster, recorder, loop, end_us, seed):
+    def timed_measure(cluster, recorder, loop, *rest):
         clock["sim_wall_s"] = round(time.perf_counter() - t0[0], 1)  # compose, resolve, build and the events
         clock["sim_cpu_s"] = round(time.process_time() - t0[1], 1)
         clock["events"] = loop.events
         clock["sim_rss_gb"], _ = rss_gb()
-        return measure(cluster, recorder, loop, end_us, seed)
+        return measure(cluster, recorder, loop, *rest)
 
     cells_build.build_fleet = timed_build
     simulate_module.measure = timed_measure
@@ -88,8 +90,9 @@ def bench(args: argparse.Namespace) -> dict:
 
     clock: dict = {}
     instrument(clock, t0)
-    cfg = load_config(overrides(args.cells, args.per_cell, args.requests, args.rate_per_instance, args.policy))
-    head = {"instances": args.cells * args.per_cell, "cells": args.cells, "requests": args.requests}
+    cfg = load_config(overrides(args.cells, args.per_cell, args.requests, args.rate_per_instance, args.policy, args.prefix_share))
+    head = {"instances": args.cells * args.per_cell, "cells": args.cells, "requests": args.requests,
+            "prefix_share": "default" if args.prefix_share is None else args.prefix_share}
     try:
         result = simulate(cfg)
     except MemoryError as err:  # the simulation's figures still say how far it got
@@ -119,6 +122,8 @@ def main() -> None:
     ap.add_argument("--per-cell", type=int, default=1024)
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--rate-per-instance", type=float, default=4.0)
+    ap.add_argument("--prefix-share", type=float, default=None,
+                    help="share of requests opening with a shared prompt (default: the workload's own, 0.8)")
     ap.add_argument("--policy", default="least_loaded", help="the routing policy inside each cell")
     ap.add_argument("--record", action="store_true", help=f"append the figures to {RESULTS.relative_to(ROOT)}")
     ap.add_argument("--note", default="", help="e.g. whether other work shared the machine")
