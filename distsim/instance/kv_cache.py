@@ -55,8 +55,10 @@ class Node:
         self.n = n
         self.ref = ref
         self.present = present  # False: a hole (evicted, kept for the cached nodes below it)
-        self.prev: Node = self  # LRU neighbours while evictable (present, ref 0); else itself
-        self.next: Node = self
+        # LRU neighbours while evictable (present, ref 0); else None, never the node itself: a node out of
+        # the tree is then in no reference cycle and is freed at once, not at the next full collection
+        self.prev: Node | None = None
+        self.next: Node | None = None
 
 
 def _packed(keys: Sequence[Hashable]) -> Sequence[Hashable]:
@@ -81,6 +83,13 @@ def _grown(node: Node, keys: Sequence[Hashable]) -> None:
         node.src = tuple(src[off : off + n]) + tuple(more)
     node.off = 0
     node.n = n + len(more)
+
+
+def _cut(src: Sequence[Hashable], end: int) -> None:
+    """Free the keys of a packed run from ``end`` on: evicted, and no node needs them (the nodes that
+    share a run are a chain of split heads above its last owner, each keeping keys before the next's)."""
+    if type(src) is array and len(src) > end:
+        del src[end:]
 
 
 def _matched(node: Node, hashes: Sequence[Hashable], d: int, end: int) -> int:
@@ -110,7 +119,8 @@ class KVCache:
         self.references = 0  # references held on cached blocks (a block held twice counts twice)
         self.evictions = 0
         self.root = Node(None, (), 0, 0, 1, True)
-        self._lru = Node(None, (), 0, 0, 0, False)  # sentinel: next is the oldest, prev the newest
+        self._lru = lru = Node(None, (), 0, 0, 0, False)  # sentinel: next is the oldest, prev the newest
+        lru.prev = lru.next = lru
 
     # -- queries -------------------------------------------------------------------------------
     def available(self) -> int:
@@ -297,6 +307,7 @@ class KVCache:
         """Evict the last ``k`` blocks of evictable ``node`` (fewer than it holds)."""
         if not node.children:
             node.n -= k
+            _cut(node.src, node.off + node.n)
             return
         self._split(node, node.n - k)  # the head stays evictable, right after the tail
         self._lru_remove(node)
@@ -308,19 +319,19 @@ class KVCache:
         if node.children:
             node.present = False
             return
+        parent = node.parent
+        del parent.children[node.src[node.off]]
+        _cut(node.src, node.off)
         root = self.root
-        while True:
-            parent = node.parent
+        while parent is not root and not parent.present and not parent.children:
+            node, parent = parent, parent.parent
             del parent.children[node.src[node.off]]
-            if parent is root or parent.present or parent.children:
-                return
-            node = parent
 
     def _lru_remove(self, node: Node) -> None:
         prev, after = node.prev, node.next
         prev.next = after
         after.prev = prev
-        node.prev = node.next = node
+        node.prev = node.next = None
 
     def tally(self) -> tuple[int, int, int]:
         """Referenced blocks, evictable blocks and references, counted by walking the tree and the LRU
