@@ -9,6 +9,7 @@ the serving instance (see :mod:`distsim.instance.sequence`).
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from enum import IntEnum
 
 
@@ -64,7 +65,7 @@ class Request:
         tenant: int = 0,
         slo_class: str = "default",
         session_id: int = -1,
-        block_hashes: tuple | None = None,
+        block_hashes: Sequence[Hashable] | None = None,
         ttft_slo_ms: float | None = None,
         tpot_slo_ms: float | None = None,
         priority: int = 0,
@@ -78,7 +79,8 @@ class Request:
         self.session_id = session_id
         # One hashable key per *full* block of the prompt at the engine's block size; equal keys at
         # position k mean equal prompt content up to the end of block k (chained hashes). None: unique
-        # content that no other request shares, so nothing to look up in a prefix cache.
+        # content that no other request shares, so nothing to look up in a prefix cache. The workloads
+        # give an array('Q') (8 bytes a key: distsim.workload.keys); any sequence of hashables will do.
         self.block_hashes = block_hashes
         self.ttft_slo_ms = ttft_slo_ms
         self.tpot_slo_ms = tpot_slo_ms
@@ -145,7 +147,7 @@ def new_request(
     tenant: int,
     slo_class: str,
     session_id: int,
-    block_hashes: tuple | None,
+    block_hashes: Sequence[Hashable] | None,
     ttft_slo_ms: float | None,
     tpot_slo_ms: float | None,
     priority: int,

@@ -205,7 +205,7 @@ def _progress_line(
     return ProgressLine(
         lambda: loop.now,
         loop.events_run,
-        lambda: len(recorder.records),
+        lambda: len(recorder),
         total=expected_requests(scenario.workload),
         end_us=expected_end_us(scenario.workload, scenario.sim.horizon_us),
         settings=progress if isinstance(progress, ProgressSettings) else None,

@@ -12,6 +12,7 @@ by wrapping the router's prefix index, the CPU seconds of its ``record`` and ``m
     python scripts/bench_scale.py policies --only weighted # round_robin and the policies named
     python scripts/bench_scale.py decisions                # us per routing decision by policy and fleet size
     python scripts/bench_scale.py all --record             # all three, appended to scripts/results/bench_scale.txt
+    python scripts/bench_scale.py memory                   # bytes per instance, request, cached block; RSS by phase
 
 CPU seconds are user + system time of the child, measured with getrusage; they vary with the machine's
 load, so each table states the date and whether other work shared the machine (``--note``).
@@ -92,6 +93,10 @@ def _time_index() -> dict[str, float]:
 
 
 def child(spec: dict) -> dict:
+    if "memory" in spec:
+        import bench_memory
+
+        return bench_memory.child(spec)
     acc = _time_routers() if spec.get("time_decisions") else None
     index = _time_index() if spec.get("time_decisions") else None
     from distsim import load_config, simulate
@@ -118,7 +123,11 @@ def child(spec: dict) -> dict:
 
 
 def run_child(policy: str, instances: int, requests: int, time_decisions: bool = False) -> dict:
-    spec = {"overrides": overrides(policy, instances, requests), "time_decisions": time_decisions}
+    return spawn({"overrides": overrides(policy, instances, requests), "time_decisions": time_decisions}, policy, instances)
+
+
+def spawn(spec: dict, policy: str, instances: int) -> dict:
+    """Run ``spec`` in a fresh child process (its own peak memory) and return what it prints last."""
     proc = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(spec)], cwd=ROOT, capture_output=True, text=True
     )
@@ -178,12 +187,15 @@ def decisions(requests: int) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", nargs="?", choices=["headline", "policies", "decisions", "all"], default="all")
+    ap.add_argument("what", nargs="?", choices=["headline", "policies", "decisions", "memory", "all"], default="all")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--headline-requests", type=int, default=1_000_000)
     ap.add_argument("--policy-requests", type=int, default=100_000)
     ap.add_argument("--decision-requests", type=int, default=20_000)
     ap.add_argument("--only", default="", help="policies: these (comma-separated) beside round_robin")
+    ap.add_argument("--memory-requests", type=int, default=100_000, help="memory: requests of the headline case")
+    ap.add_argument("--memory-cells", type=int, default=128, help="memory: cells of 1,024 instances in the cells case")
+    ap.add_argument("--memory-cells-requests", type=int, default=100_000, help="memory: requests of the cells case")
     ap.add_argument("--record", action="store_true", help="append the tables to scripts/results/bench_scale.txt")
     ap.add_argument("--note", default="", help="what else ran on the machine, for the record")
     args = ap.parse_args()
@@ -197,6 +209,10 @@ def main() -> None:
         lines += policies(args.policy_requests, args.only) + [""]
     if args.what in ("decisions", "all"):
         lines += decisions(args.decision_requests) + [""]
+    if args.what == "memory":
+        import bench_memory
+
+        lines += bench_memory.tables(args.memory_requests, args.memory_cells, args.memory_cells_requests) + [""]
     text = "\n".join(lines)
     print(text)
     if args.record:

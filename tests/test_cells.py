@@ -184,7 +184,7 @@ def test_a_cell_keeps_what_it_cannot_pass_on_and_says_so():
     fleet = sim.cluster
     assert sum(fleet.kept_saturated) > 0
     assert all(unforced[c] <= 5 * 2 + 1 for c in range(4))
-    assert len(sim.recorder.records) == 120
+    assert len(sim.recorder) == 120
 
 
 # ---------------------------------------------------------------------------------------- round trips

@@ -21,7 +21,7 @@ def _listen(heard: list, recorded: list):
         for inst in sim.cluster.instances:
             def departed(req, now, how, inst=inst):
                 # the cluster heard first: a finished request is recorded before any observer hears of it
-                heard.append((inst.index, req.request_id, how, len(sim.recorder.records)))
+                heard.append((inst.index, req.request_id, how, len(sim.recorder)))
             inst.departure_listeners.append(departed)
         sim.cluster.record_listeners.append(lambda req: recorded.append(req.request_id))
 

@@ -94,14 +94,14 @@ def run_checked(overrides: list[str]) -> tuple[TypedRecorder, object]:
 def test_every_request_of_every_type_is_conserved_after_every_event(extra):
     n = 300
     recorder, front = run_checked([MIX, FLEET, f"workload.num_requests={n}", *extra])
-    ids = [rec[0] for rec in recorder.records]
+    ids = [rec[0] for rec in recorder.rows()]
     arrived = front.arrived + front.cluster.arrived
     assert sorted(ids) == list(range(arrived))  # each recorded exactly once
     assert front.arrived == len(recorder.typed) and (arrived == n or "sim.horizon_s=4" in extra)
     kinds = Counter(t[0] for t in recorder.typed.values())
     assert kinds["vision"] > 0 and kinds["asr"] > 0
     if "sim.horizon_s=4" in extra:
-        assert any(rec[5] == int(Status.UNFINISHED) for rec in recorder.records)
+        assert any(rec[5] == int(Status.UNFINISHED) for rec in recorder.rows())
 
 
 def test_each_type_goes_only_to_the_pools_that_serve_it():

@@ -26,8 +26,9 @@ distsim.instance.checks).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from distsim.events.loop import PRIO_INSTANCE, EventLoop
 from distsim.instance.batching import PrefillBatcher, batching_on
@@ -53,6 +54,7 @@ WAITING, PREFILL, DECODE, DONE, HANDED_OFF = Phase
 COMPLETED = Status.COMPLETED
 FINISHED = Departure.FINISHED
 ALWAYS_VISIBLE = 1 << 62  # async scheduling off: every waiting request is visible to the step being planned
+NONE: Mapping = MappingProxyType({})  # the requests of a part the engine lacks (P/D, CPU tier): none, ever
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,21 @@ class EngineParams:
 class Instance(Scheduler):
     """A vLLM-like engine replica driven by the shared event loop: its state, its parts, arrivals and the
     step cycle; what each step runs is decided by its base class (distsim.instance.scheduler)."""
+
+    # slots, not a dict: a fleet has up to a million engines, and with this many names a dict is not
+    # shared between instances (about 1.6 KB each, where slots take 0.4)
+    __slots__ = (
+        # identity and place (__init__)
+        "index", "slot", "latency", "loop", "departure_listeners", "fast_forward", "pool", "role", "hardware",
+        "gpus", "dp_group", "priority", "stats", "board", "step_index", "busy", "version", "plan", "decoders",
+        "_event", "on_first_token",
+        # engine settings, the KV cache and the queues (_set_engine)
+        "params", "bs", "max_tokens", "max_seqs", "caching", "chunked", "reserve_full", "max_model_len",
+        "visible_us", "late_waits", "lag", "kv", "waiting", "waiting_tokens", "running", "prefilling",
+        # the parts features add (_set_parts)
+        "batcher", "_arrive", "_admit_queue", "handoff", "held", "reserved", "awaiting_blocks", "landed",
+        "cpu", "cpu_loads", "loading", "cancellation", "aborts",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -179,8 +196,9 @@ class Instance(Scheduler):
         self._arrive = self._enqueue if self.batcher is None else self.batcher.enqueue
         self._admit_queue = self._admit_waiting if self.batcher is None else self.batcher.admit_waiting
         self.handoff: PrefillSide | DecodeSide | None = None
-        self.held: dict[int, tuple[list, int]] = {}  # P/D prefill side: blocks held until the KV is sent
-        self.reserved: dict[int, Request] = {}  # P/D decode side: blocks reserved while the KV moves
+        # read-only and shared by every engine without the part (a dict each would cost 64 bytes)
+        self.held: Mapping[int, tuple[list, int]] = NONE  # P/D prefill side: blocks held until the KV is sent
+        self.reserved: Mapping[int, Request] = NONE  # P/D decode side: blocks reserved while the KV moves
         self.awaiting_blocks = self.landed = ()  # P/D decode side: waiting for blocks; landed, for a slot
         if self.role == "prefill":
             self.handoff = side = PrefillSide(self)
@@ -190,7 +208,7 @@ class Instance(Scheduler):
             self.reserved, self.awaiting_blocks, self.landed = side.reserved, side.awaiting_blocks, side.landed
         self.cpu = cpu  # the CPU KV tier (distsim.instance.cpu_kv), or None
         self.cpu_loads = CpuLoads(self, cpu) if cpu is not None else None
-        self.loading: dict[int, Request] = self.cpu_loads.loading if cpu is not None else {}
+        self.loading: Mapping[int, Request] = self.cpu_loads.loading if cpu is not None else NONE
         self.cancellation = Cancellation(self) if cancellable else None
         self.aborts = self.cancellation.aborts if cancellable else ()  # cancelled, leaving at the step's end
 

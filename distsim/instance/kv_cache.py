@@ -23,8 +23,10 @@ its tail. A node whose blocks are all evicted while deeper nodes stay cached (a 
 later part of a prompt, its head being duplicates of another's) stays in the tree as a *hole*: no
 blocks, not matched, refilled when someone registers the run again.
 
-A node keeps its own keys (a slice of the prompt's, not the prompt's whole tuple, which would outlive the
-request). A request's references are a flat list ``[node, blocks, node, blocks, ...]`` of runs in prompt order,
+A node keeps its own keys (a copy of a slice of the prompt's, not the prompt's whole tuple, which would
+outlive the request), packed 8 bytes a key (``array('Q')``) when they are unsigned 64-bit ints, as every
+workload's are (distsim.workload.keys): a tuple would keep each key's int object alive, 48 bytes a cached
+block in all, the largest part of a big fleet's memory. A request's references are a flat list ``[node, blocks, node, blocks, ...]`` of runs in prompt order,
 each the deepest node of a stretch of consecutive held blocks and its length (a node split later keeps
 the tail in the same object, so the deepest node stays valid). Because private blocks are
 interchangeable they are only counted: the instance knows how many each request holds. The invariant
@@ -34,6 +36,7 @@ interchangeable they are only counted: the instance knows how many each request 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Hashable, Sequence
 
 _LEAF: dict[Hashable, Node] = {}  # a leaf's children (shared, never written: a first child gets a new dict)
@@ -52,8 +55,41 @@ class Node:
         self.n = n
         self.ref = ref
         self.present = present  # False: a hole (evicted, kept for the cached nodes below it)
-        self.prev: Node = self  # LRU neighbours while evictable (present, ref 0); else itself
-        self.next: Node = self
+        # LRU neighbours while evictable (present, ref 0); else None, never the node itself: a node out of
+        # the tree is then in no reference cycle and is freed at once, not at the next full collection
+        self.prev: Node | None = None
+        self.next: Node | None = None
+
+
+def _packed(keys: Sequence[Hashable]) -> Sequence[Hashable]:
+    """A node's own copy of ``keys``: packed as unsigned 64-bit ints when they all are, else a tuple."""
+    try:
+        return array("Q", keys)
+    except (TypeError, OverflowError):
+        return tuple(keys)
+
+
+def _grown(node: Node, keys: Sequence[Hashable]) -> None:
+    """Append ``keys`` to ``node``'s run: in place when the node owns its whole key array (no split head
+    shares it: a split leaves the tail with an offset), else into a fresh copy."""
+    src, off, n = node.src, node.off, node.n
+    more = _packed(keys)
+    if type(src) is array and type(more) is array:
+        if off == 0 and n == len(src):
+            src.extend(more)
+        else:
+            node.src = src[off : off + n] + more
+    else:
+        node.src = tuple(src[off : off + n]) + tuple(more)
+    node.off = 0
+    node.n = n + len(more)
+
+
+def _cut(src: Sequence[Hashable], end: int) -> None:
+    """Free the keys of a packed run from ``end`` on: evicted, and no node needs them (the nodes that
+    share a run are a chain of split heads above its last owner, each keeping keys before the next's)."""
+    if type(src) is array and len(src) > end:
+        del src[end:]
 
 
 def _matched(node: Node, hashes: Sequence[Hashable], d: int, end: int) -> int:
@@ -83,7 +119,8 @@ class KVCache:
         self.references = 0  # references held on cached blocks (a block held twice counts twice)
         self.evictions = 0
         self.root = Node(None, (), 0, 0, 1, True)
-        self._lru = Node(None, (), 0, 0, 0, False)  # sentinel: next is the oldest, prev the newest
+        self._lru = lru = Node(None, (), 0, 0, 0, False)  # sentinel: next is the oldest, prev the newest
+        lru.prev = lru.next = lru
 
     # -- queries -------------------------------------------------------------------------------
     def available(self) -> int:
@@ -172,13 +209,11 @@ class KVCache:
             if child is None:
                 if not children and held and held[-2] is node and node.ref == 1:
                     # its own last run, a leaf only it holds (an earlier chunk): the run grows in place
-                    node.src = node.src[node.off : node.off + node.n] + tuple(hashes[d:hi])
-                    node.off = 0
-                    node.n += hi - d
+                    _grown(node, hashes[d:hi])
                     held[-1] += hi - d
                     new += hi - d
                     break
-                child = Node(node, tuple(hashes[d:hi]), 0, hi - d, 1, True)
+                child = Node(node, _packed(hashes[d:hi]), 0, hi - d, 1, True)
                 if children is _LEAF:
                     node.children = {hashes[d]: child}
                 else:
@@ -235,7 +270,7 @@ class KVCache:
             children = node.children
             child = children.get(hashes[d])
             if child is None:
-                child = Node(node, tuple(hashes[d:depth]), 0, depth - d, 0, False)
+                child = Node(node, _packed(hashes[d:depth]), 0, depth - d, 0, False)
                 if children is _LEAF:
                     node.children = {hashes[d]: child}
                 else:
@@ -272,6 +307,7 @@ class KVCache:
         """Evict the last ``k`` blocks of evictable ``node`` (fewer than it holds)."""
         if not node.children:
             node.n -= k
+            _cut(node.src, node.off + node.n)
             return
         self._split(node, node.n - k)  # the head stays evictable, right after the tail
         self._lru_remove(node)
@@ -283,19 +319,19 @@ class KVCache:
         if node.children:
             node.present = False
             return
+        parent = node.parent
+        del parent.children[node.src[node.off]]
+        _cut(node.src, node.off)
         root = self.root
-        while True:
-            parent = node.parent
+        while parent is not root and not parent.present and not parent.children:
+            node, parent = parent, parent.parent
             del parent.children[node.src[node.off]]
-            if parent is root or parent.present or parent.children:
-                return
-            node = parent
 
     def _lru_remove(self, node: Node) -> None:
         prev, after = node.prev, node.next
         prev.next = after
         after.prev = prev
-        node.prev = node.next = node
+        node.prev = node.next = None
 
     def tally(self) -> tuple[int, int, int]:
         """Referenced blocks, evictable blocks and references, counted by walking the tree and the LRU

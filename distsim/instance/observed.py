@@ -24,6 +24,8 @@ class ObservedInstance(Instance):
     """An :class:`Instance` whose ``step_listeners`` hear of every step or run as it ends (the horizon's
     settling included), with exactly the steps the instance's counters then count."""
 
+    __slots__ = ("step_listeners",)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.step_listeners: list[StepListener] = []

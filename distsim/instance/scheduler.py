@@ -51,6 +51,8 @@ class Scheduler:
     """The scheduling half of an :class:`~distsim.instance.instance.Instance`: plan the next step (or a
     fast-forwarded run of decode steps), with preemption and admission."""
 
+    __slots__ = ()  # the state is the Instance's (its slots)
+
     def _plan_next(self, now: int) -> None:
         """Schedule the next step (or a run of decode steps) starting at ``now``, or go idle."""
         c = self.step_index

@@ -1,8 +1,9 @@
 """Collects one record per request as it reaches its final status.
 
-Records are small tuples appended in completion order; they become a column table once, at the end,
-so the hot loop pays one append per request. The table is numpy columns (distsim.metrics.columns), a
-DataFrame only when asked for.
+Records are small tuples appended in completion order, so the hot loop pays one append per request;
+every ``CHUNK`` of them are packed into numpy columns (about 140 bytes a request where a tuple and its
+int and float objects take some 370), and the columns become the request table once, at the end. The
+table is numpy columns (distsim.metrics.columns), a DataFrame only when asked for.
 """
 
 from __future__ import annotations
@@ -36,19 +37,25 @@ _FIELDS = (
     "ttft_slo_ms",
     "tpot_slo_ms",
 )
+_OBJECTS = ("slo_class",)  # kept as Python objects
+_OPTIONAL = ("ttft_slo_ms", "tpot_slo_ms")  # floats or None: packed as float64 and a mask of the Nones
+CHUNK = 4096  # records packed into columns at a time
 
 
 class Recorder:
-    __slots__ = ("records", "default_ttft_slo_ms", "default_tpot_slo_ms", "output_lag_us")
+    __slots__ = ("records", "packed", "n_packed", "default_ttft_slo_ms", "default_tpot_slo_ms", "output_lag_us")
 
     def __init__(self, default_ttft_slo_ms: float, default_tpot_slo_ms: float, output_lag_us: int = 0):
-        self.records: list[tuple] = []
+        self.records: list[tuple] = []  # the latest records, fewer than CHUNK: the rest are in ``packed``
+        self.packed: list[dict[str, np.ndarray]] = []  # earlier records, CHUNK at a time, as columns
+        self.n_packed = 0  # records in ``packed``
         self.default_ttft_slo_ms = default_ttft_slo_ms
         self.default_tpot_slo_ms = default_tpot_slo_ms
         self.output_lag_us = output_lag_us  # the front end's per-token lag: tokens reach the client this late
 
     def done(self, req: Request) -> None:
-        self.records.append(
+        records = self.records
+        records.append(
             (
                 req.request_id,
                 req.tenant,
@@ -69,6 +76,31 @@ class Recorder:
                 req.tpot_slo_ms,
             )
         )
+        if len(records) >= CHUNK:
+            self.packed.append(_pack(records))
+            self.n_packed += len(records)
+            self.records = []
+
+    def __len__(self) -> int:
+        """Requests recorded so far."""
+        return self.n_packed + len(self.records)
+
+    def _raw(self) -> dict[str, np.ndarray]:
+        """Every record as columns, in the order recorded; they replace the chunks (one copy, not two)."""
+        parts = [*self.packed, _pack(self.records)]
+        raw = {name: np.concatenate([p[name] for p in parts]) for name in parts[-1]}
+        self.packed, self.n_packed, self.records = [raw], len(raw["request_id"]), []
+        return raw
+
+    def rows(self) -> list[tuple]:
+        """Every record as a tuple of ``_FIELDS``, in the order recorded (for tests)."""
+        c = self._raw()
+        cols = [c[name].tolist() for name in _FIELDS]
+        for name in _OPTIONAL:
+            values = cols[_FIELDS.index(name)]
+            for i in np.flatnonzero(c[name + "?"]).tolist():
+                values[i] = None
+        return list(zip(*cols))
 
     def table(self) -> pd.DataFrame:
         """requests.parquet's columns as a DataFrame, one row per request, sorted by request_id."""
@@ -76,7 +108,7 @@ class Recorder:
 
     def columns(self) -> Table:
         """requests.parquet's columns, one row per request, sorted by request_id."""
-        c = _Columns(self.records)
+        c = _Columns(self._raw())
         status_codes = c.ints("status")
         out_tokens = c.ints("output_tokens")
         first_token_us, completion_us = c.ints("first_token_us"), c.ints("completion_us")
@@ -95,7 +127,7 @@ class Recorder:
         )
         t = Table()
         t.add("request_id", c.ints("request_id"), "int64").add("tenant", c.ints("tenant"), "int64")
-        t.add("slo_class", np.asarray(c.raw["slo_class"], dtype=object)[c.order], "string")
+        t.add("slo_class", c.raw["slo_class"][c.order], "string")
         t.add("session_id", c.ints("session_id"), "int64").add("arrival_ms", c.ms("arrival_us"), "float64")
         t.add("status", status_codes, "category", [STATUS_NAMES[s] for s in Status])
         for name in ("instance", "prefill_instance", "input_tokens"):
@@ -110,12 +142,29 @@ class Recorder:
         return t.add("met_slo", met_slo, "bool")
 
 
+def _pack(records: list[tuple]) -> dict[str, np.ndarray]:
+    """Records as columns: int64, object (``_OBJECTS``), float64 with NaN for None and the Nones' mask
+    (``_OPTIONAL``, the mask under the name followed by ``?``)."""
+    cols = dict(zip(_FIELDS, zip(*records))) if records else dict.fromkeys(_FIELDS, ())
+    out = {}
+    for name, values in cols.items():
+        if name in _OBJECTS:
+            out[name] = np.empty(len(values), dtype=object)
+            out[name][:] = values
+        elif name in _OPTIONAL:
+            nones = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+            out[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            out[name + "?"] = nones
+        else:
+            out[name] = np.array(values, dtype=np.int64)
+    return out
+
+
 class _Columns:
     """The records as columns in request_id order, with the conversions the table needs."""
 
-    def __init__(self, records: list[tuple]):
-        cols = list(zip(*records)) if records else [()] * len(_FIELDS)
-        self.raw = dict(zip(_FIELDS, cols))
+    def __init__(self, raw: dict[str, np.ndarray]):
+        self.raw = raw
         self.order = np.argsort(np.asarray(self.raw["request_id"], dtype=np.int64), kind="stable")
         self.arrival_us = self.ints("arrival_us")
 
@@ -131,7 +180,7 @@ class _Columns:
         return out
 
     def slo(self, name: str, default: float) -> np.ndarray:
-        return np.asarray([default if v is None else v for v in self.raw[name]], dtype=np.float64)[self.order]
+        return np.where(self.raw[name + "?"], default, self.raw[name])[self.order]
 
     def since_arrival(self, us: np.ndarray) -> np.ndarray:
         """Milliseconds from arrival, computed in integer microseconds (exact), NaN for 'never'."""

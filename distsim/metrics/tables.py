@@ -153,7 +153,7 @@ def cpu_tier_columns(instances: Sequence[Instance]) -> dict[str, list]:
     }
 
 
-ITL_CHUNK = 1 << 22  # inter-token gaps gathered before they are tallied
+ITL_CHUNK = 1 << 19  # inter-token gaps gathered before they are tallied (a merge's peak: some 20 bytes a gap)
 
 
 def itl_samples(cluster: RunWorld) -> tuple[np.ndarray, np.ndarray]:

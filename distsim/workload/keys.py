@@ -1,4 +1,4 @@
-"""Prefix-cache block keys (``Request.block_hashes``): three disjoint ranges of Python ints.
+"""Prefix-cache block keys (``Request.block_hashes``): three disjoint ranges of unsigned 64-bit ints.
 
 * trace keys, below 2**61: hashed from a trace's hash-id chain (see :func:`trace_block_keys`);
 * prefix-group keys, from 2**61: group g's block i is ``2**61 + g * 2**32 + i``;
@@ -7,33 +7,52 @@
 Equal keys at position k mean equal content up to the end of block k, so every key must stand for its
 whole prefix: group keys do because a group's prompt is always at the start; unique keys do trivially;
 trace keys hash the chain of ids up to the block.
+
+A request's keys are an ``array('Q')``: 8 bytes a key, where a tuple costs 8 bytes a key plus an int
+object of 48 (keys this large take three digits). A request waiting in a queue holds its keys, so in an
+overloaded fleet, where most requests wait at once, they are most of the memory; indexing, slicing, ``len``
+and ``==`` work as on a tuple.
 """
 
 from __future__ import annotations
+
+from array import array
 
 import numpy as np
 
 GROUP_BASE = 1 << 61
 UNIQUE_BASE = 1 << 62
 _M64 = (1 << 64) - 1
+_STOCK = 1 << 16  # unique keys made at a time
+
+
+def key_run(start: int, k: int) -> array:
+    """The ``k`` consecutive keys from ``start``, packed."""
+    return array("Q", np.arange(start, start + k, dtype=np.uint64).tobytes())
 
 
 class UniqueKeys:
-    """Hands out keys no other block in the stream has (content nobody else shares)."""
+    """Hands out keys no other block in the stream has (content nobody else shares): slices of a stock
+    of consecutive keys made ``_STOCK`` at a time, so a request's keys cost one copy, no int objects."""
 
     def __init__(self):
-        self._next = UNIQUE_BASE
+        self._next = UNIQUE_BASE  # the first key of the stock
+        self._stock = array("Q")
+        self._used = 0  # keys of the stock handed out
 
-    def take(self, k: int) -> tuple:
-        start = self._next
-        self._next += k
-        return tuple(range(start, start + k))
+    def take(self, k: int) -> array:
+        used = self._used
+        if used + k > len(self._stock):
+            self._next += used
+            self._stock = key_run(self._next, max(k, _STOCK))
+            used = 0
+        self._used = used + max(k, 0)
+        return self._stock[used : used + k]
 
 
-def group_keys(group: int, blocks: int) -> tuple:
+def group_keys(group: int, blocks: int) -> array:
     """The keys of the first ``blocks`` full blocks of prefix group ``group``'s system prompt."""
-    base = GROUP_BASE + (group << 32)
-    return tuple(range(base, base + blocks))
+    return key_run(GROUP_BASE + (group << 32), blocks)
 
 
 def _mix(x: int) -> int:
@@ -59,7 +78,7 @@ def chain_hashes(ids) -> np.ndarray:
     return out
 
 
-def trace_block_keys(ids, prompt_tokens: int, block_size: int, trace_block: int) -> tuple:
+def trace_block_keys(ids, prompt_tokens: int, block_size: int, trace_block: int) -> array:
     """Engine-block keys for a prompt whose ``trace_block``-token blocks carry the ids ``ids``.
 
     Engine block j ends with token e = (j+1)*block_size - 1, inside trace block t = e // trace_block;
@@ -69,10 +88,10 @@ def trace_block_keys(ids, prompt_tokens: int, block_size: int, trace_block: int)
     """
     n = prompt_tokens // block_size
     if n == 0:
-        return ()
+        return array("Q")
     chain = chain_hashes(ids)
     ends = np.arange(1, n + 1, dtype=np.int64) * block_size - 1
     t = ends // trace_block
     reach = (ends - t * trace_block + 1).astype(np.uint64)
     keys = _mix_np(chain[t] ^ (reach * np.uint64(0xD6E8FEB86659FD93))) >> np.uint64(3)
-    return tuple(keys.tolist())
+    return array("Q", keys.tobytes())
