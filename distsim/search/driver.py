@@ -31,6 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 from distsim import outputs
 from distsim.config.compose import CONF_DIR
 from distsim.errors import ConfigError, UserError
+from distsim.search import objectives as objs
+from distsim.search.gp import EXPRESSION_KEY
+from distsim.search.gp_outputs import write_module, write_pareto
 from distsim.search.optimizer import build_optimizer, check_optimizer
 from distsim.search.space import SearchSpace, Value
 
@@ -77,6 +80,11 @@ def _check(cfg: DictConfig) -> None:
     for b in s.baselines:
         if not (CONF_DIR / "policy" / f"{b}.yaml").exists():
             raise ConfigError("search.baselines", f"no conf/policy/{b}.yaml")
+    objs.objectives(s.get("objectives"), str(s.algorithm))
+    if s.algorithm == "gp":
+        from distsim.search.gp import GPSettings
+
+        GPSettings.from_node(s.get("gp")).check()
 
 
 def _generation_rows(
@@ -106,9 +114,10 @@ def _generation_rows(
 def _evolve(s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evaluate, echo: bool) -> pd.DataFrame:
     """Every generation, asked, evaluated on the training seeds and told: the candidates table."""
     space = SearchSpace(s.space)
-    optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed))
+    names = objs.objectives(s.get("objectives"), str(s.algorithm))
+    optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed), s.get("gp"), objs.weights(names))
     seeds = [int(x) for x in s.train_seeds]
-    base = [*base_overrides, f"policy={s.base_policy}", "sim.write_requests=false"]
+    base = [*base_overrides, f"policy={base_policy(s)}", "sim.write_requests=false"]
     generations = int(s.generations)
     if s.budget is not None:
         generations = min(generations, int(s.budget) // (int(s.population) * len(seeds)))
@@ -116,7 +125,7 @@ def _evolve(s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evalu
     any_ok = False
     for gen in range(generations):
         asked = optimizer.ask()
-        cand_values = [space.values(point) for _, point in asked]
+        cand_values = [optimizer.values(point) for _, point in asked]
         configs = [[*base, *SearchSpace.overrides(values)] for values in cand_values]
         results = evaluate(configs, seeds, out / f"gen_{gen:03d}")
         fitness = _fitness_by_config(results, configs, seeds)
@@ -124,8 +133,10 @@ def _evolve(s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evalu
         if not any_ok:  # nothing to learn from, and no policy to write: stop now, saying why
             raise SearchFailed(results)
         gen_rows, means = _generation_rows(gen, cand_values, fitness, seeds)
-        rows += gen_rows
-        optimizer.tell([(handle, mean) for (handle, _), mean in zip(asked, means)])
+        metrics = objs.per_seed(results, configs, seeds, objs.FRONT_METRICS)
+        rows += [{**row, **m} for row, m in zip(gen_rows, (m for per in metrics for m in per))]
+        told = means if names is None else [objs.means(per, names) for per in objs.per_seed(results, configs, seeds, names)]
+        optimizer.tell([(handle, value) for (handle, _), value in zip(asked, told)])
         if echo:
             print(
                 f"search: generation {gen + 1}/{generations}: best mean fitness {max(means):.4f}", flush=True
@@ -144,14 +155,23 @@ def run_search(
     s = cfg.search
     out = outputs.prepare_dir(out_dir)
     table = _evolve(s, out, base_overrides, evaluate, echo)
+    names = objs.objectives(s.get("objectives"), str(s.algorithm))
+    if names is not None:  # several objectives: the best is the front's candidate of best fitness
+        table["on_front"] = objs.front_of(table, names)
     outputs.write_parquet(out / "candidates.parquet", table)
-    best_row = table.sort_values(
+    pool = table[table["on_front"]] if names is not None else table
+    best_row = pool.sort_values(
         ["mean_fitness", "generation", "candidate"], ascending=[False, True, True]
     ).iloc[0]
-    best_values = {v.key: best_row[v.key] for v in SearchSpace(s.space).variables}
+    keys = [EXPRESSION_KEY] if s.algorithm == "gp" else [v.key for v in SearchSpace(s.space).variables]
+    best_values = {k: best_row[k] for k in keys}
     best_values = {k: (v.item() if hasattr(v, "item") else v) for k, v in best_values.items()}
-    policy_yaml = write_policy(out, s.name, s.base_policy, best_values)
+    policy_yaml = write_policy(out, s.name, base_policy(s), best_values)
     plot_convergence(table, out / "convergence.png")
+    if s.algorithm == "gp":
+        write_module(out, s.name, str(best_values[EXPRESSION_KEY]), policy_yaml)
+    if names is not None:
+        write_pareto(cfg, out, table, names, base_overrides, evaluate)
 
     holdout = None
     if s.holdout_seeds:
@@ -185,6 +205,15 @@ def _fitness_by_config(
         f = row.fitness if row.status == "ok" and row.fitness is not None else -math.inf
         by_key[(row.config, int(row.seed))] = float(f)
     return [[by_key.get((" ".join(c), seed), -math.inf) for seed in seeds] for c in configs]
+
+
+def base_policy(s: DictConfig) -> str:
+    """The policy candidates start from: gp's candidates are expressions, so its base is an expression
+    policy (search.base_policy if that is one, else conf/policy/expression.yaml)."""
+    if s.algorithm != "gp":
+        return str(s.base_policy)
+    node = OmegaConf.load(CONF_DIR / "policy" / f"{s.base_policy}.yaml")
+    return str(s.base_policy) if node.routing.kind == "expression" else "expression"
 
 
 def write_policy(out: Path, name: str, base_policy: str, values: dict[str, Value]) -> Path:

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from distsim.errors import ConfigError
-from distsim.search.space import Coordinate, SearchSpace
+from distsim.search.space import Coordinate, SearchSpace, Value
 
 H = TypeVar("H")  # what an optimiser hands out with each candidate and is told back with its fitness
 
@@ -28,8 +28,12 @@ class Optimizer(Generic[H]):
         raise NotImplementedError
 
     def tell(self, results: list[tuple[H, float]]) -> None:
-        """Fitness per handle (higher is better)."""
+        """Fitness per handle (higher is better); a tuple of objectives for a multi-objective optimiser."""
         raise NotImplementedError
+
+    def values(self, point: dict[str, Coordinate]) -> dict[str, Value]:
+        """A candidate's config values ({key: value}) from what ask gave with it."""
+        return self.space.values(point)
 
 
 class CMAESOptimizer(Optimizer[object]):  # a handle is the cmaes package's own solution object
@@ -120,7 +124,13 @@ class RandomOptimizer(Optimizer[None]):
         pass
 
 
-_ALGORITHMS = {"cmaes": CMAESOptimizer, "random": RandomOptimizer}
+def _gp(space: SearchSpace, population: int, seed: int, settings=None, weights=(1.0,)):
+    from distsim.search.gp import GPOptimizer, GPSettings
+
+    return GPOptimizer(population, seed, GPSettings.from_node(settings), weights)
+
+
+_ALGORITHMS = {"cmaes": CMAESOptimizer, "random": RandomOptimizer, "gp": _gp}
 
 
 def check_optimizer(algorithm: str, population: int) -> None:
@@ -130,6 +140,11 @@ def check_optimizer(algorithm: str, population: int) -> None:
         raise ConfigError("search.algorithm", f"unknown algorithm {algorithm!r}; known: {', '.join(_ALGORITHMS)}")
 
 
-def build_optimizer(algorithm: str, space: SearchSpace, population: int, seed: int) -> Optimizer:
+def build_optimizer(
+    algorithm: str, space: SearchSpace, population: int, seed: int, gp_settings=None, weights=(1.0,)
+) -> Optimizer:
+    """``gp_settings`` (search.gp) and ``weights`` (one per objective) are read by gp alone."""
     check_optimizer(algorithm, population)
+    if algorithm == "gp":
+        return _gp(space, population, seed, gp_settings, weights)
     return _ALGORITHMS[algorithm](space, population, seed)

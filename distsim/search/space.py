@@ -8,6 +8,7 @@ overrides (and the emitted YAML) read well and are identical run to run.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -90,6 +91,8 @@ class SearchSpace:
 
 
 def _literal(value: Value) -> str:
+    if isinstance(value, str) and not re.fullmatch(r"[\w.\-/:]+", value):  # e.g. an expression: quoted
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
