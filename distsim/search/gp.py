@@ -27,7 +27,7 @@ from deap import base, gp, tools
 from distsim.errors import ConfigError
 from distsim.policies.expression.grammar import CONSTANTS, OPS, TERMINALS, Bool, Num
 from distsim.policies.expression.tree import ExpressionError, Node, const, emit, parse
-from distsim.search.optimizer import Optimizer
+from distsim.search.ask_tell import Optimizer
 
 EXPRESSION_KEY = "policy.routing.expression"
 _NAMES = frozenset(t.name for t in TERMINALS)
@@ -213,7 +213,7 @@ class GPOptimizer(Optimizer[Individual]):
                 else:
                     child = random.choice(self.mutations)(a)[0]
                 if len(out) < self.population and self._fits(child) and self._new(child):
-                    del child.fitness.values
+                    child.fitness = self.fitness_cls()  # not evaluated yet
                     self._take(child, out)
         return out
 

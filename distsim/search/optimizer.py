@@ -4,36 +4,19 @@
 ask/tell and seeding). Continuous spaces use plain CMA-ES in the normalised box; spaces with integers
 or categories use CatCMA with margin (Hamano et al., GECCO 2025), which keeps integer and categorical
 variables from collapsing early. ``random``: uniform sampling, the baseline any search must beat.
-Both are deterministic for a seed, so a search replays exactly (which is also how it resumes).
+``gp``: genetic programming over routing expressions (distsim.search.gp). All are deterministic for a seed,
+so a search replays exactly (which is also how it resumes).
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Generic, TypeVar
 
 import numpy as np
 
 from distsim.errors import ConfigError
-from distsim.search.space import Coordinate, SearchSpace, Value
-
-H = TypeVar("H")  # what an optimiser hands out with each candidate and is told back with its fitness
-
-
-class Optimizer(Generic[H]):
-    population: int
-
-    def ask(self) -> list[tuple[H, dict[str, Coordinate]]]:
-        """One generation: (handle, {key: normalised coordinate}) per candidate."""
-        raise NotImplementedError
-
-    def tell(self, results: list[tuple[H, float]]) -> None:
-        """Fitness per handle (higher is better); a tuple of objectives for a multi-objective optimiser."""
-        raise NotImplementedError
-
-    def values(self, point: dict[str, Coordinate]) -> dict[str, Value]:
-        """A candidate's config values ({key: value}) from what ask gave with it."""
-        return self.space.values(point)
+from distsim.search.ask_tell import Optimizer
+from distsim.search.space import Coordinate, SearchSpace
 
 
 class CMAESOptimizer(Optimizer[object]):  # a handle is the cmaes package's own solution object
