@@ -141,7 +141,7 @@ def test_bad_gp_settings_name_the_key(override, key):
 
 def test_several_objectives_need_gp():
     cfg = search_cfg(1, ["search.algorithm=cmaes", "search.objectives=[ttft_p99_ms,tpot_p99_ms]"])
-    with pytest.raises(ConfigError, match="need search.algorithm=gp"):
+    with pytest.raises(ConfigError, match="need search.algorithm=gp"):  # CMA-ES takes one fitness
         _check(cfg)
 
 

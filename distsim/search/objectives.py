@@ -34,8 +34,8 @@ def objectives(node: object, algorithm: str) -> list[str] | None:
             raise ConfigError("search.objectives", f"unknown objective {name!r}; known: {', '.join(OBJECTIVES)}")
     if len(set(names)) != len(names) or not names:
         raise ConfigError("search.objectives", "must name each objective once (or be: fitness)")
-    if len(names) > 1 and algorithm != "gp":
-        raise ConfigError("search.objectives", f"several objectives need search.algorithm=gp (NSGA-II), not {algorithm}")
+    if algorithm != "gp":
+        raise ConfigError("search.objectives", f"objectives other than fitness need search.algorithm=gp (NSGA-II), not {algorithm}")
     return names
 
 
