@@ -186,3 +186,14 @@ def test_tiny_gp_search_is_deterministic_resumes_and_writes_a_runnable_policy(ra
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("expression", ["2048", "running", "-outstanding", "true", "0.5 * kv_use"])
+def test_an_expression_override_reads_back_as_that_string(expression):
+    """A bare number or YAML word would come back as a number or a bool (and a sweep's param column
+    would hold two types): the override quotes it."""
+    from distsim.runner.overrides import from_lines
+    from distsim.search.space import SearchSpace
+
+    (override,) = from_lines(SearchSpace.overrides({EXPRESSION_KEY: expression}))
+    assert override.value == expression and override.column_value == override.shown

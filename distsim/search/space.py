@@ -90,8 +90,13 @@ class SearchSpace:
         return [f"{key}={_literal(val)}" for key, val in values.items()]
 
 
+_BARE = re.compile(r"[A-Za-z_][\w.\-/:]*")  # a string Hydra reads back as itself, unquoted
+_KEYWORDS = {"true", "false", "null", "nan", "inf", "yes", "no", "on", "off", "none"}
+
+
 def _literal(value: Value) -> str:
-    if isinstance(value, str) and not re.fullmatch(r"[\w.\-/:]+", value):  # e.g. an expression: quoted
+    if isinstance(value, str) and (not _BARE.fullmatch(value) or value.lower() in _KEYWORDS):
+        # quoted, so Hydra reads it back as this string: an expression, a number-like or YAML word
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if isinstance(value, bool):
         return "true" if value else "false"
