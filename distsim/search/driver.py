@@ -12,8 +12,11 @@ on from the first unfinished generation.
 Outputs in the search directory: candidates.parquet (every candidate, its overrides and its fitness
 per seed), convergence.png, policy/<name>.yaml (the best candidate as a ready policy config),
 holdout.csv (best and built-ins on held-out seeds, ranked with the runner's paired statistics; their
-sweep is holdout_<digest of the policy file>/). Every file goes through distsim.outputs. A search whose
-first generation has no candidate that ran on every training seed stops there with SearchFailed.
+sweep is holdout_<digest of the policy file>/). With search.algorithm=gp the candidates are routing
+expressions and policy/<name>.py is the winner as numpy code; with several search.objectives the winner is
+the first front's candidate of best fitness, and pareto.csv / pareto.png show every candidate and the
+baselines on the training seeds (distsim.search.gp_outputs). Every file goes through distsim.outputs. A
+search whose first generation has no candidate that ran on every training seed stops there with SearchFailed.
 """
 
 from __future__ import annotations
