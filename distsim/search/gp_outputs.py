@@ -80,11 +80,22 @@ def plot_pareto(frame: pd.DataFrame, names: Sequence[str], path: Path) -> None:
         for _, row in base.iterrows():
             ax.scatter(row[x], row[y], marker="s", s=30, color="black")
             ax.annotate(row["label"], (row[x], row[y]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        _zoom(ax, pd.concat([front, base]), x, y)
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("training seeds, mean per candidate; squares: built-in policies")
+    fig.suptitle("training seeds, mean per candidate; squares: built-in policies (axes span the front and them)")
     fig.tight_layout()
     outputs.save_figure(fig, path, dpi=120)
     plt.close(fig)
+
+
+def _zoom(ax, shown: pd.DataFrame, x: str, y: str) -> None:
+    """Axes around the front and the baselines (far worse candidates would squeeze them into a corner)."""
+    for col, set_lim in ((x, ax.set_xlim), (y, ax.set_ylim)):
+        values = shown[col][shown[col].abs() < objs.WORST]
+        if len(values):
+            lo, hi = float(values.min()), float(values.max())
+            pad = (hi - lo) * 0.15 or abs(hi) * 0.05 or 1.0
+            set_lim(lo - pad, hi + pad)
