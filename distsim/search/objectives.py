@@ -45,7 +45,8 @@ def objectives(node: object, algorithm: str) -> list[str] | None:
     if len(set(names)) != len(names) or not names:
         raise ConfigError("search.objectives", "must name each objective once (or be: fitness)")
     if algorithm != "gp":
-        raise ConfigError("search.objectives", f"objectives other than fitness need search.algorithm=gp (NSGA-II), not {algorithm}")
+        raise ConfigError("search.objectives", f"objectives other than fitness need search.algorithm=gp (NSGA-II), not {algorithm}: "
+            "add search.objectives=fitness")
     return names
 
 
