@@ -126,6 +126,7 @@ def _check(cfg: DictConfig) -> None:
     for b in s.baselines:
         if not (CONF_DIR / "policy" / f"{b}.yaml").exists():
             raise ConfigError("search.baselines", f"no conf/policy/{b}.yaml")
+    check_optimizer(str(s.algorithm), int(s.population))  # a bad algorithm is said before its objectives
     objs.objectives(s.get("objectives"), str(s.algorithm))
     if s.algorithm == "gp":
         from distsim.search.gp import GPSettings
