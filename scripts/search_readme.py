@@ -52,8 +52,10 @@ def _overrides(raw: object) -> str:
 
 
 def _training(candidates: pd.DataFrame, search: dict) -> list[str]:
-    """What was trained on, and the best candidate on each training family."""
-    best = candidates.sort_values(["train_score", "generation", "candidate"], ascending=[False, True, True]).iloc[0]
+    """What was trained on, and the best candidate on each training family (in a Pareto search, the
+    first front's candidate of best training score, as the driver chooses it)."""
+    pool = candidates[candidates["on_front"]] if "on_front" in candidates else candidates
+    best = pool.sort_values(["train_score", "generation", "candidate"], ascending=[False, True, True]).iloc[0]
     mine = candidates[(candidates["generation"] == best["generation"]) & (candidates["candidate"] == best["candidate"])]
     per_family = mine.groupby("family", sort=False)["family_score"].first()
     families = search.get("train") or {}
@@ -65,13 +67,42 @@ def _training(candidates: pd.DataFrame, search: dict) -> list[str]:
         f"Training: {search.get('algorithm', 'cmaes')}, {n_gen} generations of {n_pop} candidates, each on "
         f"{len(per_family)} families x seeds {search.get('train_seeds')}; training score = mean over families of "
         f"(candidate - {search.get('reference')}) / |{search.get('reference')}| in mean fitness. Best: "
-        f"{best['train_score']:+.4f} (generation {int(best['generation']) + 1}), `{best['overrides']}`.",
+        f"{best['train_score']:+.4f} (generation {int(best['generation']) + 1}), `{best['overrides']}`."
+        + (" Objectives (NSGA-II): " + ", ".join(_objectives(search)) + "; the best is chosen on the first front."
+           if _objectives(search) else ""),
         "",
         "| training family | scenario overrides | best vs " + str(search.get("reference")) + " |",
         "|---|---|---:|",
     ]
     lines += [f"| {f} | {_overrides(families.get(f))} | {_pct(s)} |" for f, s in per_family.items()]
     return [line for i, line in enumerate(lines) if line or i > 0]
+
+
+def _objectives(search: dict) -> list[str]:
+    raw = search.get("objectives")
+    return [] if raw in (None, "fitness") else ([raw] if isinstance(raw, str) else list(raw))
+
+
+def pareto_lines(pareto: pd.DataFrame, search: dict) -> list[str]:
+    """Each built-in's point against the search's first front, on the training families and seeds."""
+    names = _objectives(search)
+    cands = pareto[pareto["kind"] == "candidate"]
+    front = cands[cands["on_front"].astype(str).str.lower() == "true"]
+    base = pareto[pareto["kind"] == "baseline"]
+    covered = base["covered"].astype(str).str.lower() == "true"
+    ref = search.get("reference")
+    lines = [
+        f"Pareto (pareto.csv, pareto.png): {len(front)} of {len(cands)} candidates on the first front over "
+        f"{', '.join(names)}, each the mean over training families of (value - {ref}'s) / {ref}'s, lower is "
+        f"better. Some candidate matches or dominates {int(covered.sum())} of {len(base)} built-ins' points:",
+        "",
+        "| built-in | " + " | ".join(names) + " | training score | matched or dominated |",
+        "|---|" + "---:|" * len(names) + "---:|---|",
+    ]
+    for (_, r), cov in zip(base.iterrows(), covered):
+        values = " | ".join(_pct(float(r[n])) for n in names)
+        lines.append(f"| {r['label']} | {values} | {_pct(float(r['train_score']))} | {'yes' if cov else 'no'} |")
+    return lines
 
 
 def _verdicts(holdout: pd.DataFrame) -> tuple[list[str], str]:
@@ -118,11 +149,14 @@ def _family_table(group: pd.DataFrame) -> list[str]:
     return lines
 
 
-def section(holdout: pd.DataFrame, candidates: pd.DataFrame, search: dict) -> str:
+def section(holdout: pd.DataFrame, candidates: pd.DataFrame, search: dict, pareto: pd.DataFrame | None = None) -> str:
     """The generated block: training, the held-out summary, and one table per held-out family."""
     summary, verdict = _verdicts(holdout)
     seeds = search.get("holdout_seeds")
-    lines = [*_training(candidates, search), "", f"Held out (seeds {seeds}, never seen in training): {verdict}", ""]
+    lines = _training(candidates, search)
+    if pareto is not None:
+        lines += ["", *pareto_lines(pareto, search)]
+    lines += ["", f"Held out (seeds {seeds}, never seen in training): {verdict}", ""]
     lines += summary
     families = search.get("holdout") or {}
     for family, group in holdout.groupby("family", sort=False):
@@ -130,9 +164,9 @@ def section(holdout: pd.DataFrame, candidates: pd.DataFrame, search: dict) -> st
     return "\n".join(lines)
 
 
-def read_search(out: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """holdout.csv, candidates.parquet and the search settings (.hydra/config.yaml, with the command
-    line's scenario overrides as ``scenario_overrides``) of a search directory."""
+def read_search(out: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame | None]:
+    """holdout.csv, candidates.parquet, the search settings (.hydra/config.yaml, with the command
+    line's scenario overrides as ``scenario_overrides``) and pareto.csv (None without) of a search directory."""
     for name in ("holdout.csv", "candidates.parquet", ".hydra/config.yaml", ".hydra/overrides.yaml"):
         if not (out / name).exists():
             raise SystemExit(f"{out}: no {name}: not a finished search's directory")
@@ -140,7 +174,8 @@ def read_search(out: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     typed = yaml.safe_load((out / ".hydra" / "overrides.yaml").read_text(encoding="utf-8")) or []
     skip = ("search.", "hydra.", "runner.", "seed=")
     search["scenario_overrides"] = [o for o in typed if not o.lstrip("+~").startswith(skip)]
-    return pd.read_csv(out / "holdout.csv"), pd.read_parquet(out / "candidates.parquet"), search
+    pareto = pd.read_csv(out / "pareto.csv") if (out / "pareto.csv").exists() else None
+    return pd.read_csv(out / "holdout.csv"), pd.read_parquet(out / "candidates.parquet"), search, pareto
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -397,7 +397,8 @@ def test_a_search_whose_every_candidate_fails_writes_no_policy(ray_session, tmp_
     register_schemas()
     out = tmp_path / "search"
     space = "++search.space={policy.routing.load_guard:{type:int,low:-5,high:-1}}"
-    settings = ["search.population=4", "search.generations=2", "search.train_seeds=[0]", "search.holdout_seeds=[]"]
+    settings = ["search.population=4", "search.generations=2", "search.train_seeds=[0]", "search.holdout_seeds=[]",
+                "search.algorithm=cmaes", "search.objectives=fitness"]
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose("search", overrides=[space, *settings, *SMALL, *RUNNER])
         with pytest.raises(SearchFailed) as err:

@@ -31,6 +31,10 @@ FAMILIES = [
 ]
 
 
+# these tests search weights with CMA-ES on the scalar fitness (the default search is gp on three objectives)
+CMAES = ["search.algorithm=cmaes", "search.objectives=fitness"]
+
+
 def search_cfg(generations: int, holdout: str = "[]", baselines: str = "[]"):
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
@@ -39,6 +43,7 @@ def search_cfg(generations: int, holdout: str = "[]", baselines: str = "[]"):
             overrides=[
                 *SMALL,
                 *FAMILIES,
+                *CMAES,
                 "search.population=4",
                 f"search.generations={generations}",
                 "search.train_seeds=[0,1]",

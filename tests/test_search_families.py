@@ -285,7 +285,7 @@ def test_the_loop_runs_every_candidate_on_every_family_and_reports_progress(tmp_
     made = []
     monkeypatch.setattr(driver, "SearchProgress", lambda *a, **k: made.append(SearchProgress(*a, **k)) or made[-1])
 
-    cfg = search_cfg("search.population=4", "search.generations=2", "search.train_seeds=[0,1]",
+    cfg = search_cfg("search.algorithm=cmaes", "search.objectives=fitness", "search.population=4", "search.generations=2", "search.train_seeds=[0,1]",
                      "search.holdout_seeds=[7,8]", "search.baselines=[round_robin]")  # fmt: skip
     calls = []
     result = run_search(cfg, tmp_path, ["cluster.instances=2"], evaluate=fake_evaluate(calls))

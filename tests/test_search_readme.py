@@ -91,3 +91,25 @@ def test_the_section_goes_between_the_markers_and_nowhere_else(tmp_path):
 def test_a_directory_that_is_not_a_finished_search_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="no holdout.csv"):
         _script().read_search(tmp_path)
+
+
+def test_a_pareto_search_reports_the_front_and_every_built_ins_point():
+    table, candidates, search = fake_search()
+    candidates["on_front"] = candidates["candidate"] == 0  # the front's best, not the best overall
+    search["objectives"] = ["ttft_p99_ms", "tpot_p99_ms"]
+    pareto = pd.DataFrame(
+        {
+            "kind": ["candidate", "candidate", "baseline", "baseline"],
+            "on_front": [True, False, None, None],
+            "label": ["a", "b", "weighted", "round_robin"],
+            "ttft_p99_ms": [-0.10, 0.05, 0.0, 0.20],
+            "tpot_p99_ms": [-0.01, 0.02, 0.0, -0.05],
+            "train_score": [0.02, 0.06, 0.0, -0.30],
+            "covered": [None, None, True, False],
+        }
+    )
+    text = _script().section(table, candidates, search, pareto)
+    assert "Best: +0.0200 (generation 1), `policy.routing.load_guard=3`" in text
+    assert "1 of 2 candidates on the first front over ttft_p99_ms, tpot_p99_ms" in text
+    assert "matches or dominates 1 of 2 built-ins' points" in text
+    assert "| weighted | +0.0% | +0.0% | +0.0% | yes |" in text and "| round_robin | +20.0% | -5.0% | -30.0% | no |" in text

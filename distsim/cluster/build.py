@@ -88,6 +88,7 @@ def _facts(instances: list[Instance], pool_of: list[PoolSpec], board: SignalBoar
     slices = instance_slices(pool_of)
     return {
         "gpus": np.array([inst.gpus for inst in instances], dtype=np.int64),
+        "block_size": np.array([inst.bs for inst in instances], dtype=np.int64),
         "price_usd_per_gpu_hour": np.array(price_per_hour(pool_of), dtype=np.float64),
         "total_kv_blocks": board.kv_total,
         "max_num_batched_tokens": np.array([inst.max_tokens for inst in instances], dtype=np.int64),

@@ -7,6 +7,18 @@ from typing import Any
 
 
 @dataclass
+class GPConfig:
+    """Genetic programming over routing expressions (``search.algorithm=gp``, distsim.search.gp)."""
+
+    max_height: int = 8  # static limits on every tree (bloat control)
+    max_size: int = 40  # nodes
+    init_min_height: int = 1  # ramped half-and-half heights of the first generation's random trees
+    init_max_height: int = 4
+    crossover: float = 0.6  # share of offspring made by one-point crossover; the rest by a mutation
+    seeds: list[str] = field(default_factory=list)  # expressions in the first generation (the built-ins)
+
+
+@dataclass
 class SearchConfig:
     """What to search, how, and on which seeds.
 
@@ -19,7 +31,7 @@ class SearchConfig:
     name: str = "evolved"  # the emitted policy's name (policy/<name>.yaml in the output directory)
     base_policy: str = "weighted"
     algorithm: str = (
-        "cmaes"  # cmaes (CMA-ES; CatCMA with margin when there are integers or categories) | random
+        "cmaes"  # cmaes (CMA-ES; CatCMA with margin when there are integers or categories) | random | gp
     )
     population: int = 8
     generations: int = 6
@@ -33,3 +45,6 @@ class SearchConfig:
     holdout: dict[str, Any] = field(default_factory=dict)  # empty: the training scenario, on holdout_seeds
     reference: str | None = "weighted"  # training scores are relative to this built-in; null: raw fitness
     baselines: list[str] = field(default_factory=list)  # built-in policies to compare on held-out seeds
+    # fitness, or a list of ttft_p99_ms, tpot_p99_ms, cost_usd_per_mtok, fitness: NSGA-II (algorithm gp)
+    objectives: Any = "fitness"
+    gp: GPConfig = field(default_factory=GPConfig)

@@ -17,6 +17,14 @@ per family and seed), convergence.png, policy/<name>.yaml (the best candidate as
 config), holdout.csv (the best against every built-in on each held-out family, distsim.search.holdout;
 their sweep is holdout_<digest>/). Every file goes through distsim.outputs. A search whose first
 generation has no candidate that ran on every training family and seed stops there with SearchFailed.
+
+Any optimiser (cmaes, random, gp) is told the training score above. With search.algorithm=gp the candidates
+are routing expressions and policy/<name>.py is the winner as numpy code. With several search.objectives
+(NSGA-II, gp only) each candidate's objectives are, like the training score, relative to the reference on
+each training family and averaged over the families (distsim.search.objectives says why), and NSGA-II is
+told those; the winner is the candidate of best training score on the first front of every candidate, and
+pareto.csv / pareto.png show every candidate and the baselines, run on the same training families and seeds
+and made relative the same way (distsim.search.gp_outputs). The progress line then also counts the front.
 """
 
 from __future__ import annotations
@@ -27,13 +35,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from distsim import outputs
 from distsim.config.compose import CONF_DIR
 from distsim.errors import ConfigError, UserError
+from distsim.search import objectives as objs
 from distsim.search.families import (
+    GridRuns,
+    Reference,
     TrainingGrid,
     family_scores,
     holdout_families,
@@ -41,6 +53,8 @@ from distsim.search.families import (
     train_families,
     training_score,
 )
+from distsim.search.gp import EXPRESSION_KEY
+from distsim.search.gp_outputs import write_module, write_pareto
 from distsim.search.holdout import compare_on_holdout
 from distsim.search.optimizer import build_optimizer, check_optimizer
 from distsim.search.progress import SearchProgress, resumed_jobs
@@ -84,7 +98,7 @@ def check_scenarios(cfg: DictConfig, base_overrides: list[str], compose: Callabl
             if not family.overrides:
                 continue
             try:
-                resolve(compose(family.config(base_overrides, [f"policy={s.base_policy}"])))
+                resolve(compose(family.config(base_overrides, [f"policy={base_policy(s)}"])))
             except UserError as err:
                 raise ConfigError(f"{where}.{family.name}", str(err)) from None
 
@@ -112,26 +126,31 @@ def _check(cfg: DictConfig) -> None:
     for b in s.baselines:
         if not (CONF_DIR / "policy" / f"{b}.yaml").exists():
             raise ConfigError("search.baselines", f"no conf/policy/{b}.yaml")
+    check_optimizer(str(s.algorithm), int(s.population))  # a bad algorithm is said before its objectives
+    objs.objectives(s.get("objectives"), str(s.algorithm))
+    if s.algorithm == "gp":
+        from distsim.search.gp import GPSettings
+
+        GPSettings.from_node(s.get("gp")).check()
 
 
 def _generation_rows(
-    gen: int,
-    cand_values: list[dict[str, Value]],
-    fitness: list[dict[str, list[float]]],
-    seeds: list[int],
-    reference: dict[str, float] | None,
-) -> tuple[list[dict[str, Value]], list[float]]:
-    """candidates.parquet rows of one generation (one per candidate, family and seed), and each
-    candidate's training score for the optimiser (distsim.search.families: a candidate that failed on
-    any family or seed is told a very low score)."""
-    rows, scores = [], []
-    for i, (values, per_family) in enumerate(zip(cand_values, fitness)):
-        by_family = family_scores(per_family, reference)
+    gen: int, cand_values: list[dict[str, Value]], runs: GridRuns, seeds: list[int], ref: Reference, names: list[str] | None
+) -> tuple[list[dict[str, Value]], list[float], list[float | tuple[float, ...]]]:
+    """candidates.parquet rows of one generation (one per candidate, family and seed), each candidate's
+    training score (distsim.search.families: a candidate that failed on any family or seed scores very
+    low), and what the optimiser is told: that score, or the objectives over the families."""
+    rows, scores, told = [], [], []
+    for i, values in enumerate(cand_values):
+        by_family = family_scores(runs.fitness[i], ref.fitness)
         score = training_score(by_family)
         scores.append(score if math.isfinite(score) else -1e9)
+        objectives = objs.across_families(runs.metrics[i], names, ref.objectives) if names else ()
+        told.append(objectives if names else scores[-1])
         overrides = " ".join(SearchSpace.overrides(values))
-        for family, per_seed in per_family.items():
-            for seed, f in zip(seeds, per_seed):
+        per_candidate = {"train_score": score, **{objs.column(n): v for n, v in zip(names or (), objectives)}}
+        for family, per_seed in runs.fitness[i].items():
+            for seed, f, metrics in zip(seeds, per_seed, runs.metrics[i][family]):
                 rows.append(
                     {
                         "generation": gen,
@@ -141,54 +160,67 @@ def _generation_rows(
                         "seed": seed,
                         "fitness": f,
                         "family_score": by_family[family],
-                        "train_score": score,
+                        **per_candidate,
                         **values,
+                        **{m: metrics[m] for m in objs.FRONT_METRICS},
                     }
                 )
-    return rows, scores
+    return rows, scores, told
 
 
 def _reference(
-    s: DictConfig, grid: TrainingGrid, seeds: list[int], out: Path, evaluate: Evaluate
-) -> dict[str, float] | None:
-    """The reference built-in's mean fitness per training family (its own sweep, reference/), or None."""
+    s: DictConfig, grid: TrainingGrid, seeds: list[int], out: Path, evaluate: Evaluate, names: list[str] | None
+) -> Reference:
+    """The reference built-in's means per training family (its own sweep, reference/), or none."""
     if s.get("reference") is None:
-        return None
-    configs = grid.configs([[f"policy={s.reference}", "sim.write_requests=false"]])
-    per_config = _fitness_by_config(evaluate(configs, seeds, out / "reference"), configs, seeds)
-    return reference_means(grid.split(per_config)[0], str(s.reference))
+        return Reference()
+    policy = [[f"policy={s.reference}", "sim.write_requests=false"]]
+    runs = grid.run(policy, seeds, out / "reference", evaluate, names or ())
+    fitness = reference_means(runs.fitness[0], str(s.reference))
+    objectives = objs.reference_objectives(runs.metrics[0], names, str(s.reference)) if names else None
+    return Reference(fitness, objectives)
 
 
-def _evolve(s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evaluate, echo: bool) -> pd.DataFrame:
+def _front_summary(scores: list[float], names: list[str] | None, told_so_far: list) -> str:
+    summary = f"best training score {max(scores):+.4f}"
+    if names:
+        summary += f"  front {int(objs.first_front(np.array(told_so_far), objs.weights(names)).sum())}"
+    return summary
+
+
+def _evolve(
+    s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evaluate, echo: bool
+) -> tuple[pd.DataFrame, TrainingGrid, Reference]:
     """Every generation, asked, evaluated on the training families and seeds and told: the candidates
-    table."""
+    table (and the grid and reference it was scored with)."""
     space = SearchSpace(s.space)
-    optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed))
+    names = objs.objectives(s.get("objectives"), str(s.algorithm))
+    optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed), s.get("gp"), objs.weights(names))
     seeds = [int(x) for x in s.train_seeds]
     grid = TrainingGrid(tuple(train_families(s)), tuple(base_overrides))
-    policy = [f"policy={s.base_policy}", "sim.write_requests=false"]
+    policy = [f"policy={base_policy(s)}", "sim.write_requests=false"]
     generations = _generations(s, len(grid.families))
     held_out = (1 + len(s.baselines)) * len(holdout_families(s)) * len(s.holdout_seeds)
     progress = SearchProgress(generations, int(s.population) * len(grid.families) * len(seeds), held_out, echo)
-    reference = _reference(s, grid, seeds, out, evaluate)
+    reference = _reference(s, grid, seeds, out, evaluate, names)
+    recorded = list(dict.fromkeys([*objs.FRONT_METRICS, *(names or ())]))
     rows: list[dict[str, Value]] = []
-    any_ok = False
+    told_so_far: list = []
     for gen in range(generations):
         asked = optimizer.ask()
-        cand_values = [space.values(point) for _, point in asked]
-        configs = grid.configs([[*policy, *SearchSpace.overrides(values)] for values in cand_values])
-        results = evaluate(configs, seeds, out / f"gen_{gen:03d}")
-        fitness = grid.split(_fitness_by_config(results, configs, seeds))
-        gen_rows, scores = _generation_rows(gen, cand_values, fitness, seeds, reference)
-        any_ok = any_ok or max(scores) > -1e9
-        if not any_ok:  # nothing to learn from, and no policy to write: stop now, saying why
-            raise SearchFailed(results)
+        cand_values = [optimizer.values(point) for _, point in asked]
+        candidates = [[*policy, *SearchSpace.overrides(values)] for values in cand_values]
+        runs = grid.run(candidates, seeds, out / f"gen_{gen:03d}", evaluate, recorded)
+        gen_rows, scores, told = _generation_rows(gen, cand_values, runs, seeds, reference, names)
+        if gen == 0 and max(scores) <= -1e9:  # nothing to learn from, and no policy to write: stop, saying why
+            raise SearchFailed(runs.results)
         rows += gen_rows
-        optimizer.tell([(handle, score) for (handle, _), score in zip(asked, scores)])
-        progress.generation_done(f"best training score {max(scores):+.4f}", resumed=resumed_jobs(results))
+        told_so_far += told
+        optimizer.tell([(handle, value) for (handle, _), value in zip(asked, told)])
+        progress.generation_done(_front_summary(scores, names, told_so_far), resumed=resumed_jobs(runs.results))
     table = pd.DataFrame(rows)
     table["mean_fitness"] = table.groupby(["generation", "candidate"])["fitness"].transform("mean")
-    return table
+    return table, grid, reference
 
 
 def _generations(s: DictConfig, families: int) -> int:
@@ -206,15 +238,24 @@ def run_search(
     _check(cfg)
     s = cfg.search
     out = outputs.prepare_dir(out_dir)
-    table = _evolve(s, out, base_overrides, evaluate, echo)
+    table, grid, reference = _evolve(s, out, base_overrides, evaluate, echo)
+    names = objs.objectives(s.get("objectives"), str(s.algorithm))
+    if names is not None:  # several objectives: the best is the front's candidate of best training score
+        table["on_front"] = objs.front_of(table, names)
     outputs.write_parquet(out / "candidates.parquet", table)
-    best_row = table.sort_values(
+    pool = table[table["on_front"]] if names is not None else table
+    best_row = pool.sort_values(
         ["train_score", "generation", "candidate"], ascending=[False, True, True]
     ).iloc[0]
-    best_values = {v.key: best_row[v.key] for v in SearchSpace(s.space).variables}
+    keys = [EXPRESSION_KEY] if s.algorithm == "gp" else [v.key for v in SearchSpace(s.space).variables]
+    best_values = {k: best_row[k] for k in keys}
     best_values = {k: (v.item() if hasattr(v, "item") else v) for k, v in best_values.items()}
-    policy_yaml = write_policy(out, s.name, s.base_policy, best_values)
+    policy_yaml = write_policy(out, s.name, base_policy(s), best_values)
     plot_convergence(table, out / "convergence.png")
+    if s.algorithm == "gp":
+        write_module(out, s.name, str(best_values[EXPRESSION_KEY]), policy_yaml)
+    if names is not None:
+        write_pareto(s, out, table, names, grid, reference, evaluate)
 
     holdout = None
     judged = holdout_families(s)
@@ -241,14 +282,13 @@ class SearchFailed(UserError):
         )
 
 
-def _fitness_by_config(
-    results: pd.DataFrame, configs: list[list[str]], seeds: list[int]
-) -> list[list[float]]:
-    by_key = {}
-    for row in results.itertuples(index=False):
-        f = row.fitness if row.status == "ok" and row.fitness is not None else -math.inf
-        by_key[(row.config, int(row.seed))] = float(f)
-    return [[by_key.get((" ".join(c), seed), -math.inf) for seed in seeds] for c in configs]
+def base_policy(s: DictConfig) -> str:
+    """The policy candidates start from: gp's candidates are expressions, so its base is an expression
+    policy (search.base_policy if that is one, else conf/policy/expression.yaml)."""
+    if s.algorithm != "gp":
+        return str(s.base_policy)
+    node = OmegaConf.load(CONF_DIR / "policy" / f"{s.base_policy}.yaml")
+    return str(s.base_policy) if node.routing.kind == "expression" else "expression"
 
 
 def write_policy(out: Path, name: str, base_policy: str, values: dict[str, Value]) -> Path:

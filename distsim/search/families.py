@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
 
 from distsim.errors import ConfigError, UserError
+from distsim.search import objectives as objs
 
 SCENARIO = "scenario"  # the one family of a search without search.train
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -172,3 +176,46 @@ class TrainingGrid:
             {f.name: list(per_config[i + j]) for j, f in enumerate(self.families)}
             for i in range(0, len(per_config), n)
         ]
+
+    def run(
+        self,
+        policies: Sequence[Sequence[str]],
+        seeds: list[int],
+        sweep: Path,
+        evaluate: Callable[[list[list[str]], list[int], Path], pd.DataFrame],
+        names: Sequence[str] = (),
+    ) -> GridRuns:
+        """Every candidate (policy overrides) on every family and seed as one sweep, read back per
+        candidate: fitness and the objectives ``names`` (distsim.search.objectives) per family and seed."""
+        configs = self.configs(policies)
+        results = evaluate(configs, seeds, sweep)
+        metrics = objs.per_seed(results, configs, seeds, names) if names else [[{}] * len(seeds)] * len(configs)
+        return GridRuns(results, self.split(fitness_by_config(results, configs, seeds)), self.split(metrics))
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference built-in (``search.reference``) on the training families: its mean fitness per family
+    (for the training score) and, in a multi-objective search, its mean objectives per family (for
+    distsim.search.objectives.across_families); None where there is no reference."""
+
+    fitness: dict[str, float] | None = None
+    objectives: dict[str, tuple[float, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class GridRuns:
+    """One sweep on a :class:`TrainingGrid`, per candidate: {family: one value (or {objective: value}) per seed}."""
+
+    results: pd.DataFrame
+    fitness: list[dict[str, list[float]]]
+    metrics: list[dict[str, list[dict[str, float]]]]
+
+
+def fitness_by_config(results: pd.DataFrame, configs: list[list[str]], seeds: list[int]) -> list[list[float]]:
+    """Each config's fitness per seed from a sweep's results table; -inf where a job failed or is missing."""
+    by_key = {}
+    for row in results.itertuples(index=False):
+        f = row.fitness if row.status == "ok" and row.fitness is not None else -math.inf
+        by_key[(row.config, int(row.seed))] = float(f)
+    return [[by_key.get((" ".join(c), seed), -math.inf) for seed in seeds] for c in configs]

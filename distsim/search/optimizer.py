@@ -4,32 +4,19 @@
 ask/tell and seeding). Continuous spaces use plain CMA-ES in the normalised box; spaces with integers
 or categories use CatCMA with margin (Hamano et al., GECCO 2025), which keeps integer and categorical
 variables from collapsing early. ``random``: uniform sampling, the baseline any search must beat.
-Both are deterministic for a seed, so a search replays exactly (which is also how it resumes).
+``gp``: genetic programming over routing expressions (distsim.search.gp). All are deterministic for a seed,
+so a search replays exactly (which is also how it resumes).
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Generic, TypeVar
 
 import numpy as np
 
 from distsim.errors import ConfigError
+from distsim.search.ask_tell import Optimizer
 from distsim.search.space import Coordinate, SearchSpace
-
-H = TypeVar("H")  # what an optimiser hands out with each candidate and is told back with its fitness
-
-
-class Optimizer(Generic[H]):
-    population: int
-
-    def ask(self) -> list[tuple[H, dict[str, Coordinate]]]:
-        """One generation: (handle, {key: normalised coordinate}) per candidate."""
-        raise NotImplementedError
-
-    def tell(self, results: list[tuple[H, float]]) -> None:
-        """Fitness per handle (higher is better)."""
-        raise NotImplementedError
 
 
 class CMAESOptimizer(Optimizer[object]):  # a handle is the cmaes package's own solution object
@@ -120,7 +107,13 @@ class RandomOptimizer(Optimizer[None]):
         pass
 
 
-_ALGORITHMS = {"cmaes": CMAESOptimizer, "random": RandomOptimizer}
+def _gp(space: SearchSpace, population: int, seed: int, settings=None, weights=(1.0,)):
+    from distsim.search.gp import GPOptimizer, GPSettings
+
+    return GPOptimizer(population, seed, GPSettings.from_node(settings), weights)
+
+
+_ALGORITHMS = {"cmaes": CMAESOptimizer, "random": RandomOptimizer, "gp": _gp}
 
 
 def check_optimizer(algorithm: str, population: int) -> None:
@@ -130,6 +123,11 @@ def check_optimizer(algorithm: str, population: int) -> None:
         raise ConfigError("search.algorithm", f"unknown algorithm {algorithm!r}; known: {', '.join(_ALGORITHMS)}")
 
 
-def build_optimizer(algorithm: str, space: SearchSpace, population: int, seed: int) -> Optimizer:
+def build_optimizer(
+    algorithm: str, space: SearchSpace, population: int, seed: int, gp_settings=None, weights=(1.0,)
+) -> Optimizer:
+    """``gp_settings`` (search.gp) and ``weights`` (one per objective) are read by gp alone."""
     check_optimizer(algorithm, population)
+    if algorithm == "gp":
+        return _gp(space, population, seed, gp_settings, weights)
     return _ALGORITHMS[algorithm](space, population, seed)

@@ -8,6 +8,7 @@ overrides (and the emitted YAML) read well and are identical run to run.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -105,7 +106,14 @@ def _variable(key: str, raw: dict, where: str) -> Variable:
     raise ConfigError(f"{where}.type", f"must be float, int or categorical (got {kind!r})")
 
 
+_BARE = re.compile(r"[A-Za-z_][\w.\-/:]*")  # a string Hydra reads back as itself, unquoted
+_KEYWORDS = {"true", "false", "null", "nan", "inf", "yes", "no", "on", "off", "none"}
+
+
 def _literal(value: Value) -> str:
+    if isinstance(value, str) and (not _BARE.fullmatch(value) or value.lower() in _KEYWORDS):
+        # quoted, so Hydra reads it back as this string: an expression, a number-like or YAML word
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:

@@ -59,6 +59,7 @@ class SignalBoard:
         self.live = settings.live
         self.pushed = False  # instances push their state here only when a policy reads it live
         self.published: dict[str, np.ndarray] = {}
+        self.scraped_at: dict[str, int] = dict.fromkeys(SIGNALS, 0)  # when the published snapshot was taken (us)
         self.scrapes = 0
         self._active: Callable[[], bool] = lambda: True
 
@@ -67,6 +68,12 @@ class SignalBoard:
         if self.live or self.cadence[name][0] == 0 and self.delay_us == 0:
             return self.current(name, self.loop.now)
         return self.published[name]
+
+    def age_us(self, name: str) -> int:
+        """How old the value a read of ``name`` returns is: 0 when read live, else since its scrape."""
+        if self.live or self.cadence[name][0] == 0 and self.delay_us == 0:
+            return 0
+        return self.loop.now - self.scraped_at[name]
 
     def enable_push(self) -> None:
         """Have instances push their state on every change (live reads by a policy)."""
@@ -173,10 +180,12 @@ class SignalBoard:
             self.loop.schedule(now + self.delay_us, PRIO_CLUSTER, self._publish, (name, snapshot))
         else:
             self.published[name] = snapshot
+            self.scraped_at[name] = now
         if self._active():
             self.loop.schedule(self._next(name, now), PRIO_CLUSTER, self._scrape, name)
 
     def _publish(self, now: int, item: tuple[str, np.ndarray]) -> None:
         name, snapshot = item
         self.published[name] = snapshot
+        self.scraped_at[name] = now - self.delay_us
 

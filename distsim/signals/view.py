@@ -16,6 +16,7 @@ from distsim.events.loop import EventLoop
 from distsim.request import Request
 from distsim.signals.board import SignalBoard
 from distsim.signals.prefix_index import PrefixIndex
+from distsim.signals.settings import SIGNALS
 
 
 class RouterState:
@@ -79,6 +80,10 @@ class ClusterView:
 
     def queued_tokens(self) -> np.ndarray:
         return self._pick(self._board.read("queued_tokens"))
+
+    def signal_age_ms(self) -> float:
+        """The age of the oldest instance-reported signal a read returns now (0 when read live)."""
+        return max(self._board.age_us(name) for name in SIGNALS) / 1000.0
 
     # router-owned (always current)
     def in_transit(self) -> np.ndarray:
