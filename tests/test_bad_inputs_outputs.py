@@ -338,10 +338,14 @@ _sweep._on_row = _flagging
 
 def test_ctrl_c_writes_the_finished_jobs_and_exits_130(tmp_path):
     sweep_dir, flag = tmp_path / "sweep", tmp_path / "first_row"
-    args = ["-m", "workload.num_requests=1500", "cluster.instances=2", "seed=range(6)", *RUNNER]
+    # jobs long enough (about 1.5 s each) that the other five cannot all finish before the signal lands
+    args = ["-m", "workload.num_requests=20000", "cluster.instances=2", "seed=range(6)", *RUNNER]
     proc = subprocess.Popen(
         patched(row_received(flag), "distsim", *args, f"hydra.sweep.dir={sweep_dir}"),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # Ctrl-C as at a terminal, whatever an earlier test left this process's SIGINT as (an ignored
+        # signal stays ignored across exec, and then the driver never hears it)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 300  # Ray's start-up and a first job, on a machine however busy
     while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
