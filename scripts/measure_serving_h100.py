@@ -51,6 +51,7 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 VOCABS = (32000, 32064, 128256, 151936)
 HIDDENS = (4096, 5120, 8192)
 TOP_P, TOP_K, TEMPERATURE = 0.95, 50, 0.7
+SAMPLING_COPIES = 5  # sampler calls per captured graph: device time per call without the replay's launch
 
 
 def vllm_capture_sizes(max_num_seqs: int = 256) -> list[int]:
@@ -126,28 +127,42 @@ class Timer:
         if self.cuda:
             torch.cuda.synchronize()
 
-    def time(self, fn) -> tuple[float, float]:
-        """(median device us, median wall us) of fn, each rep timed alone after a sync."""
+    def time(self, fn, copies: int = 1, wall: bool = True) -> tuple[float, float]:
+        """(median device us, median wall us) of fn, each rep timed alone after a sync, over copies.
+
+        Device time between two CUDA events; wall time in a second loop without events (sync, start
+        the clock, fn, sync, stop), so neither pays for the other's records."""
         for _ in range(self.warmup):
             fn()
         self.sync()
-        dev, wall = [], []
+        dev, walls = [], []
         for _ in range(self.reps):
             if self.cuda:
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                t0 = time.perf_counter()
                 a.record()
                 fn()
                 b.record()
                 b.synchronize()
-                wall.append((time.perf_counter() - t0) * 1e6)
-                dev.append(a.elapsed_time(b) * 1e3)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                wall.append((time.perf_counter() - t0) * 1e6)
-                dev.append(wall[-1])
-        return statistics.median(dev), statistics.median(wall)
+                dev.append(a.elapsed_time(b) * 1e3 / copies)
+        for _ in range(self.reps if wall or not self.cuda else 0):
+            self.sync()
+            t0 = time.perf_counter()
+            fn()
+            self.sync()
+            walls.append((time.perf_counter() - t0) * 1e6 / copies)
+        return statistics.median(dev or walls), statistics.median(walls) if walls else float("nan")
+
+    def wall(self, fn) -> float:
+        """Median host us of fn that syncs by itself (a token copy): no sync after it, none of its cost hidden."""
+        for _ in range(self.warmup):
+            fn()
+        out = []
+        for _ in range(self.reps):
+            self.sync()
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(out)
 
     def enqueue(self, fn) -> float:
         """Median host us to enqueue fn (no sync inside): the launch cost when the GPU is not the limit."""
@@ -160,20 +175,21 @@ class Timer:
         self.sync()
         return statistics.median(out)
 
-    def graph(self, fn) -> tuple[float, float]:
-        """(median device us, median wall us) of fn captured once in a CUDA graph and replayed.
+    def graph(self, fn, copies: int = 1) -> tuple[float, float]:
+        """(median device us, median wall us) of fn captured copies times in one CUDA graph and replayed,
+        per copy: with copies > 1 the replay's own launch (about 10 us on the device) is spread out.
 
         nan off the GPU, or where the capture fails (recorded, not fatal)."""
         nan = (float("nan"), float("nan"))
         if not self.cuda:
             return nan
         try:
-            g = capture(fn)[0]
+            g = capture(fn if copies == 1 else lambda: [fn() for _ in range(copies)])[0]
         except RuntimeError as e:
             print(f"  graph capture failed: {str(e).splitlines()[0][:120]}")
             torch.cuda.synchronize()
             return nan
-        res = self.time(g.replay)
+        res = self.time(g.replay, copies, wall=copies == 1)
         del g
         return res
 
@@ -269,7 +285,8 @@ def sampling_ops(logits16: torch.Tensor) -> dict:
 def measure_sampling(plan: Plan, out: Path, t_start: float) -> None:
     tm = Timer(plan.device, plan.warmup, plan.reps)
     gen = torch.Generator(device=plan.device).manual_seed(1)
-    rows = Rows(out / "sampling.csv", ["vocab", "batch", "op", "eager_dev_us", "eager_wall_us", "graph_us"])
+    rows = Rows(out / "sampling.csv", ["vocab", "batch", "op", "eager_dev_us", "eager_wall_us", "graph_us",
+                                       "graph1_us"])
     for V in plan.vocabs:
         for B in plan.batches:
             if past(plan, t_start, "sampling"):
@@ -278,8 +295,10 @@ def measure_sampling(plan: Plan, out: Path, t_start: float) -> None:
             for op, fn in sampling_ops(logits).items():
                 d, w = tm.time(fn)
                 # torch.multinomial checks its input with a host sync: it cannot be captured
-                gd = float("nan") if op == "random_multinomial" else tm.graph(fn)[0]
-                rows.add(vocab=V, batch=B, op=op, eager_dev_us=d, eager_wall_us=w, graph_us=gd)
+                nan = float("nan")
+                gd = nan if op == "random_multinomial" else tm.graph(fn, SAMPLING_COPIES)[0]
+                g1 = nan if op == "random_multinomial" else tm.graph(fn)[0]
+                rows.add(vocab=V, batch=B, op=op, eager_dev_us=d, eager_wall_us=w, graph_us=gd, graph1_us=g1)
             print(f"sampling V={V} B={B}: greedy/random/topk-topp rows written")
             del logits
     rows = Rows(out / "lm_head.csv", ["hidden", "vocab", "batch", "dev_us", "wall_us", "tflops", "weight_gbps"])
@@ -310,8 +329,7 @@ def measure_sampling(plan: Plan, out: Path, t_start: float) -> None:
 
         for method, fn in (("tolist", ids.tolist), ("cpu_tolist", lambda ids=ids: ids.cpu().tolist()),
                            ("pinned_nonblocking_tolist", nonblocking)):
-            _, wl = tm.time(fn)
-            rows.add(batch=B, method=method, wall_us=wl)
+            rows.add(batch=B, method=method, wall_us=tm.wall(fn))
     print("d2h done")
 
 
