@@ -93,7 +93,9 @@ class ActorPool:
         self._actors[slot] = self._new_actor(slot)
         self.replaced += 1
 
-    def _lost(self, flight: Flight, attempts: int, reason: str, kind: str, events: PoolEvents, pending: deque[Job]):
+    def _lost(
+        self, flight: Flight, attempts: int, reason: str, kind: str, events: PoolEvents, pending: deque[Job]
+    ) -> dict | None:
         """A job whose worker died or hung: its actor replaced, the job back first in ``pending`` while
         retries are left (None), else its failed row."""
         self._replace(flight.slot)
@@ -104,7 +106,9 @@ class ActorPool:
         error = f"{reason}, on each of {attempts} tries" if attempts > 1 else reason
         return failed_row(flight.job, error, kind, **{RUN_PREFIX + "attempts": attempts})
 
-    def _collect(self, ref: Any, flight: Flight, attempts: int, events: PoolEvents, pending: deque[Job]):
+    def _collect(
+        self, ref: Any, flight: Flight, attempts: int, events: PoolEvents, pending: deque[Job]
+    ) -> dict | None:
         """The row of a finished call; None when its worker died and the job goes back to ``pending``."""
         import ray
         from ray.exceptions import ObjectLostError, RayActorError, RayError, WorkerCrashedError
