@@ -10,10 +10,10 @@ from typing import Any
 class GPConfig:
     """Genetic programming over routing expressions (``search.algorithm=gp``, distsim.search.gp)."""
 
-    max_height: int = 8  # static limits on every tree (bloat control)
-    max_size: int = 40  # nodes
-    init_min_height: int = 1  # ramped half-and-half heights of the first generation's random trees
-    init_max_height: int = 4
+    max_height: int = 8  # static limits on every tree (bloat control), at most 17
+    max_size: int = 40  # nodes, 3 to 1000
+    init_min_height: int = 1  # ramped half-and-half heights of the first generation's random trees:
+    init_max_height: int = 4  # 1 <= init_min_height <= init_max_height <= min(10, max_height)
     crossover: float = 0.6  # share of offspring made by one-point crossover; the rest by a mutation
     seeds: list[str] = field(default_factory=list)  # expressions in the first generation (the built-ins)
 
