@@ -1,4 +1,4 @@
-"""Configs that nest the language model under ``text_config`` (Llama-4) and FP8 weights (issue 17)."""
+"""Configs that nest the language model under ``text_config`` (Llama-4) and FP8 weights."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ BEFORE = {
     "qwen3-30b-a3b": (61064245248, 98304, 3353032704),
     "deepseek-v2-lite": (31412968448, 31104, 2661150208),
     "gpt-oss-20b": (13751518848, 24576, 4187440704),
-    "codellama-34b": (67487940608, 196608, 33743970304),  # added with issue 24 (33.7 B, GQA 8 KV heads)
+    "codellama-34b": (67487940608, 196608, 33743970304),  # (33.7 B, GQA 8 KV heads)
 }
 
 SMALL_MOE = {

@@ -50,7 +50,7 @@ class EngineConfig:
 
 @dataclass
 class LatencyConfig:
-    """Step-time model: ``roofline3`` (per operator, the default), ``roofline`` (the issue-17 model) or
+    """Step-time model: ``roofline3`` (per operator, the default), ``roofline`` (the per-layer roofline, the earlier default) or
     ``linear`` (fitted coefficients)."""
 
     kind: str = "roofline3"
@@ -117,7 +117,7 @@ class FrontendConfig:
     request and per prompt token before the engine queues a request, per output token after it emits one."""
 
     # fitted on the real vLLM runs on H100 with roofline3's GPU terms frozen (docs/fidelity.md; docs/data/h100_runfit.json);
-    # the issue-17 roofline was fitted with 1778 / 5.48 / 15.5 (docs/data/h100_fit.json)
+    # the per-layer roofline (kind roofline) was fitted with 1778 / 5.48 / 15.5 (docs/data/h100_fit.json)
     request_us: float = 0.0
     per_input_token_us: float = 13.1775
     per_output_token_us: float = 0.0
