@@ -97,7 +97,9 @@ def field_docs(cls: type) -> dict[str, str]:
             for st in body
             if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
         ]
-        docs.update({k: v for k, v in _docs_of(tree, source.splitlines(), _comments(source), items).items() if v})
+        docs.update(
+            {k: v for k, v in _docs_of(tree, source.splitlines(), _comments(source), items).items() if v}
+        )
     return docs
 
 
@@ -106,7 +108,11 @@ def list_docs(module: Any, name: str) -> dict[str, str]:
     source = inspect.getsource(module)
     tree = ast.parse(source)
     for st in tree.body:
-        target = st.target if isinstance(st, ast.AnnAssign) else (st.targets[0] if isinstance(st, ast.Assign) else None)
+        target = (
+            st.target
+            if isinstance(st, ast.AnnAssign)
+            else (st.targets[0] if isinstance(st, ast.Assign) else None)
+        )
         if isinstance(target, ast.Name) and target.id == name:
             items = [(ast.literal_eval(e.elts[0]), e.lineno, e.end_lineno) for e in st.value.elts]
             return _docs_of(tree, source.splitlines(), _comments(source), items)
@@ -282,17 +288,31 @@ class Reference:
             sub, item = _optional_dataclass(tp), _list_item(tp)
             if sub is not None and sub not in self.shared:
                 later.append((sub, key))
-                rows.append((key, "mapping", "", f"see [{key}](#{anchor(key)})" + (f"; {doc}" if doc else "")))
+                rows.append(
+                    (key, "mapping", "", f"see [{key}](#{anchor(key)})" + (f"; {doc}" if doc else ""))
+                )
                 continue
             if item is not None:
                 later.append((item, f"{key}[i]"))
-                rows.append((key, f"list of mappings \\| null", self.default_text(key, _default(f)),
-                             f"each item: [{key}[i]](#{anchor(key + '[i]')})" + (f"; {doc}" if doc else "")))
+                rows.append(
+                    (
+                        key,
+                        "list of mappings \\| null",
+                        self.default_text(key, _default(f)),
+                        f"each item: [{key}[i]](#{anchor(key + '[i]')})" + (f"; {doc}" if doc else ""),
+                    )
+                )
                 continue
             if sub is not None:  # a shared node type: a row, the type documented once
                 title_ = self.shared_title(sub)
-                rows.append((key, type_name(tp), self.default_text(key, _default(f)),
-                             f"[{title_}](#{anchor(title_)})" + (f"; {doc}" if doc else "")))
+                rows.append(
+                    (
+                        key,
+                        type_name(tp),
+                        self.default_text(key, _default(f)),
+                        f"[{title_}](#{anchor(title_)})" + (f"; {doc}" if doc else ""),
+                    )
+                )
                 continue
             if key in self.mapped:
                 entry = self.mapped[key]
@@ -310,9 +330,14 @@ class Reference:
             rows = []
             for f in dataclasses.fields(cls):
                 self.keys += 1
-                rows.append((f.name, type_name(hints[f.name]), f"`{value(_default(f))}`", docs.get(f.name, "")))
-            title = {"DistConfig": "A distribution", "AutoscaleConfig": "An autoscale node",
-                     "MigConfig": "A mig node"}.get(cls.__name__, cls.__name__)
+                rows.append(
+                    (f.name, type_name(hints[f.name]), f"`{value(_default(f))}`", docs.get(f.name, ""))
+                )
+            title = {
+                "DistConfig": "A distribution",
+                "AutoscaleConfig": "An autoscale node",
+                "MigConfig": "A mig node",
+            }.get(cls.__name__, cls.__name__)
             self.shared_sections[cls] = (title, class_doc(cls), rows)
         return self.shared_sections[cls][0]
 
@@ -340,7 +365,9 @@ def registry_docs(registry: Any, base: dict[str, str]) -> dict[str, str]:
         params = registry.get(kind).Params
         own = field_docs(params)
         for f in dataclasses.fields(params):
-            users.setdefault(f.name, []).append(f"{kind} (default {value(_default(f))})" if _default(f) is not None else kind)
+            users.setdefault(f.name, []).append(
+                f"{kind} (default {value(_default(f))})" if _default(f) is not None else kind
+            )
             if own.get(f.name):
                 docs.setdefault(f.name, own[f.name])
     out = dict(base)
@@ -360,13 +387,18 @@ def extra_docs() -> dict[type, dict[str, str]]:
 
     latency = "time the decision adds before the request reaches its instance"
     return {
-        RoutingConfig: registry_docs(ROUTERS, {"kind": f"the routing policy: {kinds(ROUTERS)}", "latency_ms": latency}),
+        RoutingConfig: registry_docs(
+            ROUTERS, {"kind": f"the routing policy: {kinds(ROUTERS)}", "latency_ms": latency}
+        ),
         AdmissionConfig: registry_docs(
             ADMISSIONS, {"kind": f"the admission policy: {kinds(ADMISSIONS)}", "latency_ms": latency}
         ),
         autoscale_schema.AutoscaleConfig: registry_docs(
             SCALERS,
-            {**list_docs(autoscale_schema, "COMMON"), "kind": f"null: the pool does not autoscale; else {kinds(SCALERS)}"},
+            {
+                **list_docs(autoscale_schema, "COMMON"),
+                "kind": f"null: the pool does not autoscale; else {kinds(SCALERS)}",
+            },
         ),
     }
 
@@ -389,7 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     text, keys = generate()
     if args.check:
         stale = not OUT.exists() or OUT.read_text(encoding="utf-8") != text
-        print(f"{OUT.relative_to(ROOT)}: {'stale: run python scripts/gen_config_reference.py' if stale else 'up to date'}")
+        print(
+            f"{OUT.relative_to(ROOT)}: {'stale: run python scripts/gen_config_reference.py' if stale else 'up to date'}"
+        )
         return 1 if stale else 0
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(text, encoding="utf-8")

@@ -154,11 +154,12 @@ def test_int8_compressed_tensors_refused():
         )
 
 
-def test_the_readme_says_what_the_reader_accepts_fp8_included():
-    """The README's list of refused quantisations names FP8 among the accepted ones, as the reader is."""
+def test_the_guide_says_what_the_reader_accepts_fp8_included():
+    """The guide's list of refused quantisations (docs/guide/run.md) names FP8 among the accepted ones, as the
+    reader is."""
     fp8 = model_from_hf_config(_fp8({"quant_method": "fp8"}), "m", "x.json")
     assert fp8.fp8_matmuls  # accepted, not refused
-    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8").split())
+    readme = " ".join((Path(__file__).parents[1] / "docs" / "guide" / "run.md").read_text(encoding="utf-8").split())
     refusal = readme[readme.index("sizes have sane upper bounds"):].split("each mistake is one line")[0]
     assert "FP8" in refusal and refusal.index("FP8") < refusal.index("are refused"), refusal
 

@@ -62,7 +62,9 @@ def disagreements(schema: type, settings: type, renamed: dict) -> list[str]:
         if isinstance(want, (int, float)) and not isinstance(want, bool) and want is not None:
             want = want * factor
         if code != want:
-            out.append(f"{settings.__name__}.{name} = {code!r}, schema {schema.__name__}.{f.name} = {_default(f)!r}")
+            out.append(
+                f"{settings.__name__}.{name} = {code!r}, schema {schema.__name__}.{f.name} = {_default(f)!r}"
+            )
     return out
 
 
