@@ -5,8 +5,8 @@ What Ray 2.60 does on its own, measured on this machine (docs/guide/sweeps.md, "
 machine's interface address as the node IP, so the runtime-env agent and the dashboard agent's HTTP server
 bind that address and every gRPC server (GCS, raylet, workers, the driver) binds all interfaces; it switches
 token authentication on with a warning on stderr and writes a token to ~/.ray/auth_token; and after a
-``kill -9`` of the driver the dashboard and runtime-env agents stay up for about a minute (they report the raylet's
-death to the GCS, which died with it). Here:
+``kill -9`` of the driver the dashboard and runtime-env agents stay up for about a minute (they report the
+raylet's death to the GCS, which died with it). Here:
 
 - **127.0.0.1 as the node IP.** ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is Ray's single-machine mode (its
   default on macOS and Windows): the node IP is then 127.0.0.1 instead of the interface address
