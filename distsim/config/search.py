@@ -26,6 +26,7 @@ class SearchConfig:
     high}``, ``{key, type: int, low, high}`` or ``{key, type: categorical, choices: [...]}`` (without
     ``key``, the name is the config key). Candidates start from the ``base_policy`` config and set those
     keys. ``train`` and ``holdout`` map family names to scenario overrides (distsim.search.families).
+    ``python -m distsim.search`` composes conf/search.yaml, which sets its own values over these defaults.
     """
 
     name: str = "evolved"  # the emitted policy's name (policy/<name>.yaml in the output directory)
