@@ -23,8 +23,9 @@ class RunnerConfig:
     progress: bool = True  # the progress line on stderr (done, running, failed, ETA)
     resume: bool = True  # skip jobs whose directory already holds a complete result for the same overrides
     strict: bool = False  # exit non-zero when any job failed (default: only when every job failed)
-    ship_package: bool | None = None  # null: ship distsim via runtime_env py_modules to a remote cluster
-    # unless the driver already runs with a working_dir (ray job submit)
+    # null: ship distsim via runtime_env py_modules to a remote cluster unless the driver already runs with a
+    # working_dir (ray job submit)
+    ship_package: bool | None = None
     alpha: float = 0.05  # significance level of the paired comparison against the best configuration
     # a sweep directory holding a different sweep: false refuses it; true deletes that sweep's job
     # directories and tables first (a directory holding the same sweep is resumed either way)
