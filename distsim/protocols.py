@@ -11,9 +11,8 @@ Annotations only: nothing is checked per event. tests/test_protocols.py checks t
 carries every member. The module sits at the bottom of the import order (the standard library and
 distsim.request only), so any package may name these types.
 
-A world is generic in what it is built of, which the metrics read in depth: its engines, its pools, its
-runtime replicas and its autoscaler. The run builds ``World[Instance, PoolSpec, RuntimeReplica,
-Autoscaler]`` (distsim.metrics.tables.RunWorld names it for the metrics).
+A world is generic in what it is built of, which the metrics read in depth: its engines and its pools
+(the run builds ``World[Instance, PoolSpec]``).
 """
 
 from __future__ import annotations
@@ -113,49 +112,21 @@ class RecordSink(Protocol):
     def done(self, req: Request, /) -> None: ...
 
 
-class ScrapeCount(Protocol):
-    """A world's signal boards, counted as summary.json's ``signals.scrapes``."""
-
-    @property
-    def scrapes(self) -> int: ...
-
-
-class HedgeOutcome(Protocol):
-    """A hedged request's copies (index 0: the request itself) and which answered first (-1: none)."""
-
-    @property
-    def copies(self) -> Sequence[Request]: ...
-
-    @property
-    def winner(self) -> int: ...
-
-
-class HedgeBooks(Protocol):
-    """A hedger (distsim.cluster.hedging.Hedger) as the outputs read it: each hedged request's outcome by
-    the original's id."""
-
-    @property
-    def groups(self) -> Mapping[int, HedgeOutcome]: ...
-
-
 E_co = TypeVar("E_co", bound=Replica, covariant=True)  # a world's LLM engines
 P_co = TypeVar("P_co", covariant=True)  # its pool specs
-R_co = TypeVar("R_co", bound=Replica, covariant=True)  # its batching runtimes' replicas
-A_co = TypeVar("A_co", covariant=True)  # its autoscaler
 
 
 @runtime_checkable
-class World(Protocol[E_co, P_co, R_co, A_co]):
-    """The simulation's top level, as the run, the metrics and the timeline use it.
+class World(Protocol[E_co, P_co]):
+    """The simulation's top level, as the run and the metrics use it: what every run has.
 
     Run: ``feed`` the requests, run the loop, ``finish`` at the horizon (every request still inside is
     recorded unfinished), ``warn_refusals``; ``check_invariants`` raises SimulationError (a cluster also
     returns where each request in flight is). Read: the LLM engines (``instances``, global numbers in
-    order) and their pools (``pool_of``, by instance number); the batching runtimes' replicas beside them
-    (``runtimes``, empty without request types); the cells (``cells``: each cell's cluster, None without
-    a cell layer); the hedgers (empty without hedging); the autoscaler (None without autoscaling); the
-    P/D transfer totals (0 without P/D); the listeners told of events no table keeps (distsim.metrics.
-    timeline is one)."""
+    order) and their pools (``pool_of``, by instance number), the first arrival, the routing decisions
+    (None unless policy.trace_decisions) and the listeners told of events no table keeps (the timeline is
+    one). What only some runs have (hedgers, an autoscaler, cells, runtimes, P/D transfers) is its
+    feature's (distsim.feature, distsim.world), not the world's."""
 
     @property
     def instances(self) -> Sequence[E_co]: ...
@@ -164,43 +135,10 @@ class World(Protocol[E_co, P_co, R_co, A_co]):
     def pool_of(self) -> Sequence[P_co]: ...
 
     @property
-    def runtimes(self) -> Sequence[R_co]: ...
-
-    @property
-    def cells(self) -> Sequence[World[E_co, P_co, R_co, A_co]] | None: ...
-
-    @property
-    def hedgers(self) -> Sequence[HedgeBooks]: ...
-
-    @property
-    def autoscaler(self) -> A_co | None: ...
-
-    @property
-    def board(self) -> ScrapeCount: ...
-
-    @property
     def listeners(self) -> list: ...  # a cluster's: ClusterListeners; a fleet's: told of the front's picks
 
     @property
-    def dp(self) -> object | None: ...  # data parallelism's balancer; None without it
-
-    @property
-    def disaggregated(self) -> bool: ...
-
-    @property
-    def trace(self) -> bool: ...  # routing decisions kept (policy.trace_decisions)
-
-    @property
     def first_arrival_us(self) -> int | None: ...
-
-    @property
-    def transfers(self) -> int: ...
-
-    @property
-    def transfer_us_total(self) -> int: ...
-
-    @property
-    def transfer_bytes_total(self) -> float: ...
 
     def feed(self, requests: Iterable[Request], /) -> None: ...
 
@@ -208,6 +146,6 @@ class World(Protocol[E_co, P_co, R_co, A_co]):
 
     def warn_refusals(self) -> None: ...
 
-    def decision_table(self) -> object: ...  # decisions.parquet's rows (a DataFrame)
+    def decision_table(self) -> object | None: ...  # decisions.parquet's rows (a DataFrame), None untraced
 
     def check_invariants(self) -> Mapping[int, str] | None: ...

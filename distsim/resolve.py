@@ -6,8 +6,9 @@ signals, the P/D link, the front end and the policies (distsim.cluster.settings)
 (distsim.runtime.settings), the vLLM pools with their catalog entries, KV capacity and step-time models
 (distsim.cluster.pools, with the engine checks of distsim.cluster.checks and each pool's autoscaling,
 distsim.autoscale.settings), the cells (distsim.cells.settings), the workload (read through once) and its SLO
-defaults (distsim.workload.settings), then the checks that span features (below: hedging against the pools
-and the SLO, prefix routing against the engines, autoscaling against the cells). It returns values only:
+defaults (distsim.workload.settings), then the checks that span features: each feature the config names checks the whole scenario
+(distsim.world.check: hedging against the pools and the SLO, autoscaling against the cells), and
+prefix routing is checked against the engines (below). It returns values only:
 nothing that simulates exists yet. A mistake anywhere is a ConfigError or InputFileError before the first event; a sweep
 driver resolves each configuration before its first job for the same reason. :func:`distsim.simulate.run`
 then builds the world from the scenario.
@@ -15,7 +16,6 @@ then builds the world from the scenario.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,11 +25,12 @@ from distsim.cells.settings import CellSettings
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.pools import PoolSpec, resolve_pools
 from distsim.config.settings import SimSettings, sim_settings
-from distsim.errors import ConfigError, warn_config
+from distsim.errors import warn_config
 from distsim.metrics import settings as metrics_settings
 from distsim.request import Request
 from distsim.signals import settings as signal_settings
 from distsim.workload.settings import slo_defaults
+from distsim.world import check as check_features
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -87,37 +88,20 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
 
         place_pools([*pools, *runtimes])
     cells = cells_settings.cells(cfg.cluster.cells, pools)
-    refuse_unsupported(cells, pools)
     if requests is None:
         from distsim.workload import build_workload
 
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
     slo = slo_defaults(cfg.workload)
-    hedging_fits(policy, pools, slo)
     typed = False
     if runtimes or getattr(requests, "mix", None) is not None or getattr(requests, "types_seen", None) \
             or isinstance(requests, (list, tuple)):
         from distsim.runtime.checks import check_types
 
         typed = check_types(requests, runtimes, pools, cells)
-    return Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells, runtimes, typed)
-
-
-def hedging_fits(policy: PolicySettings, pools: Sequence[PoolSpec], slo: SloDefaults) -> None:
-    """Hedging copies a request onto another instance of a mixed cluster: P/D is refused (a copy would
-    need a pair of instances and a transfer to cancel), and one engine leaves nowhere to copy to. A delay
-    in SLO fractions needs a finite TTFT SLO."""
-    if not policy.hedge.enabled:
-        return
-    if policy.hedge.slo_fraction is not None and not math.isfinite(slo.ttft_ms):
-        raise ConfigError(
-            "policy.hedge.delay_slo_fraction",
-            "needs a TTFT SLO: set workload.slo.ttft_ms (or give policy.hedge.delay_ms instead)",
-        )
-    if any(p.role != "mixed" for p in pools):
-        raise ConfigError("policy.hedge", "hedging needs mixed pools; P/D disaggregation (prefill and decode pools) is not supported")
-    if sum(p.count * p.data_parallel_size for p in pools) < 2:
-        raise ConfigError("policy.hedge", "hedging needs at least two instances to copy a request to")
+    scenario = Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells, runtimes, typed)
+    check_features(scenario)  # each feature the config names refuses what it cannot compose with
+    return scenario
 
 
 def prefix_routing_needs_caching(policy: PolicySettings, pools: Sequence[PoolSpec]) -> None:
@@ -128,15 +112,4 @@ def prefix_routing_needs_caching(policy: PolicySettings, pools: Sequence[PoolSpe
             "policy.routing.kind",
             f"{routing.kind} routes on prefix-cache hits, but cluster.engine.enable_prefix_caching is false: "
             "no instance caches a prefix, so its prefix scores only concentrate load",
-        )
-
-
-def refuse_unsupported(cells: CellSettings, pools: Sequence[PoolSpec]) -> None:
-    """Autoscaling is not modelled with cells (each cell's share of a pool would scale on its own): refused,
-    naming the key. (A measurement window is fine: distsim.metrics.window bills the replicas within it.)"""
-    scaled = next((pool for pool in pools if pool.autoscale is not None), None)
-    if scaled is not None and cells.enabled:
-        raise ConfigError(
-            f"{scaled.autoscale.key}.kind",
-            f"autoscaling is not supported with cells (cluster.cells.count = {cells.count}); set it to 1",
         )

@@ -13,27 +13,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distsim import outputs
-from distsim.cells.build import build_world
-from distsim.cells.fleet import Fleet
-from distsim.cluster.cluster import Cluster
 from distsim.events.loop import EventLoop
-from distsim.instance.instance import Instance
 from distsim.metrics.columns import Table
 from distsim.metrics.fitness import compute_fitness
 from distsim.metrics.recorder import Recorder
 from distsim.metrics.tables import measure
-from distsim.metrics.window import WindowProbe
 from distsim.progress import ProgressLine, ProgressSettings, expected_end_us, expected_requests
 from distsim.request import Request
 from distsim.resolve import Scenario, resolve
 from distsim.workload.base import WorkloadSource
+from distsim.world import build
 
 if TYPE_CHECKING:
     import pandas as pd
     from omegaconf import DictConfig
-
-    from distsim.metrics.tables import RunWorld
-    from distsim.metrics.timeline import Timeline
 
 
 @dataclass
@@ -88,7 +81,7 @@ class SimulationResult:
         if self.timeline is not None:
             outputs.write_parquet(out / "instances_timeline.parquet", self.timeline)
         if self.timeline_trace is not None:
-            from distsim.metrics.timeline import trace_json
+            from distsim.timeline.trace import trace_json
 
             outputs.write_text(out / "timeline.json", trace_json(self.timeline_trace))
         outputs.write_text(out / "perf.json", json.dumps(self.perf, indent=2) + "\n")
@@ -123,77 +116,27 @@ def run(
     workload = scenario.workload  # a list the caller gave, or a configured source (a trace's: rows read, skipped)
     workload_summary = workload.summary() if isinstance(workload, WorkloadSource) else None
     loop = EventLoop(sim.horizon_us)
-    recorder = _recorder(scenario)
-    timeline, instance_cls = _timeline(scenario)
-    world = _build(scenario, loop, recorder, timeline, instance_cls)
+    parts = build(scenario, loop)  # the world, with the features the config names (distsim.world)
+    world, recorder = parts.world, parts.recorder
     world.feed(scenario.workload)
-    probe = WindowProbe(sim.window) if sim.window is not None else None  # a measurement window
     with _progress_line(progress, scenario, loop, recorder):
-        end_us = loop.run() if probe is None else probe.run(loop, world, sim.horizon_us)
+        # a feature may run the loop its own way (a measurement window pauses at its edges)
+        end_us = next((t for f in parts.features.values() if (t := f.run(loop)) is not None), None)
+        if end_us is None:
+            end_us = loop.run()
     world.finish(sim.horizon_us)
     world.warn_refusals()
-    table, instances, summary = measure(world, recorder, loop, end_us, sim.seed, probe)
-    cells = None
-    if isinstance(world, Fleet):  # a cell layer adds its columns to the DataFrames
-        from distsim.metrics.cells import measure_cells
-
-        table, instances = table.to_pandas(), instances.to_pandas()
-        cells = measure_cells(world, table, instances, summary)
+    m = measure(parts, loop, end_us)
+    summary = m.summary
     if workload_summary is not None:
         summary["workload"] = workload_summary
     summary["fitness"] = compute_fitness(summary, scenario.fitness)
     del summary["_derived"]
-    trace = timeline.trace(world, table, end_us, sim.seed) if timeline is not None else None
-    perf = perf_figures(wall0, cpu0, loop.events, len(table))
-    decisions = world.decision_table() if world.trace else None
-    replicas = None
-    if world.autoscaler is not None:
-        from distsim.metrics.autoscale import timeline_table
-
-        replicas = timeline_table(world.autoscaler)
-    return SimulationResult(summary, table, instances, perf, decisions, cells, replicas, trace)
-
-
-def _build(scenario: Scenario, loop: EventLoop, recorder: Recorder, timeline: Timeline | None,
-           instance_cls: type[Instance]) -> RunWorld:
-    """The world: the cluster or the fleet of cells (the timeline listening, if any), and with runtime
-    pools the front that routes requests by type over it."""
-    sim = scenario.sim
-    built = build_world(
-        scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
-        seed=sim.seed, fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend,
-        cells=scenario.cells, instance_cls=instance_cls,
-    )
-    if timeline is not None:
-        timeline.attach(built)
-    if not scenario.runtimes:
-        return built
-    from distsim.runtime.build import attach_runtimes  # batching runtimes for non-LLM request types
-
-    assert isinstance(built, Cluster)  # resolve refuses runtime pools with cells (distsim.runtime.checks)
-    return attach_runtimes(built, scenario.runtimes, scenario.policy, scenario.signals, loop, recorder,
-                           seed=sim.seed, ttft_slo_ms=scenario.slo.ttft_ms)
-
-
-def _timeline(scenario: Scenario) -> tuple[Timeline | None, type[Instance]]:
-    """With sim.timeline: the timeline (distsim.metrics.timeline) and the engines it listens to
-    (ObservedInstance); else none, and plain engines that pay nothing per step for it."""
-    if scenario.sim.timeline is None:
-        return None, Instance
-    from distsim.instance.observed import ObservedInstance
-    from distsim.metrics.timeline import Timeline
-
-    return Timeline(scenario.sim.timeline), ObservedInstance
-
-
-def _recorder(scenario: Scenario) -> Recorder:
-    """The recorder; with request types in play, the one that adds their columns (distsim.metrics.types)."""
-    args = (scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.frontend.output_lag_us)
-    if scenario.typed:
-        from distsim.metrics.types import TypedRecorder
-
-        return TypedRecorder(*args)
-    return Recorder(*args)
+    extra: dict[str, Any] = {}  # what the features add to the result (cells.parquet, timeline.json, ...)
+    for feature in parts.features.values():
+        extra.update(feature.outputs(m))
+    perf = perf_figures(wall0, cpu0, loop.events, len(m.table))
+    return SimulationResult(summary, m.table, m.instances, perf, world.decision_table(), **extra)
 
 
 def _progress_line(

@@ -73,12 +73,12 @@ def instrument(clock: dict, t0: tuple[float, float]) -> None:
         clock["build_cpu_s"] = round(time.process_time() - c, 2)
         return fleet
 
-    def timed_measure(cluster, recorder, loop, *rest):
+    def timed_measure(parts, loop, *rest):
         clock["sim_wall_s"] = round(time.perf_counter() - t0[0], 1)  # compose, resolve, build and the events
         clock["sim_cpu_s"] = round(time.process_time() - t0[1], 1)
         clock["events"] = loop.events
         clock["sim_rss_gb"], _ = rss_gb()
-        return measure(cluster, recorder, loop, *rest)
+        return measure(parts, loop, *rest)
 
     cells_build.build_fleet = timed_build
     simulate_module.measure = timed_measure

@@ -60,16 +60,14 @@ def _built_heap(overrides: list[str]) -> int:
     """Bytes the Python heap grows by while the world of ``overrides`` is built (nothing run)."""
     from distsim import load_config
     from distsim.events.loop import EventLoop
-    from distsim.instance.instance import Instance
     from distsim.resolve import resolve
+    from distsim.world import build
 
-    simulate_module = importlib.import_module("distsim.simulate")  # the package's ``simulate`` is the function
     scenario = resolve(load_config(overrides))
     loop = EventLoop(scenario.sim.horizon_us)
-    recorder = simulate_module._recorder(scenario)
     gc.collect()
     before = tracemalloc.get_traced_memory()[0]
-    world = simulate_module._build(scenario, loop, recorder, None, Instance)
+    world = build(scenario, loop, only=("autoscale", "cells", "types"))  # the world and its recorder, no timeline
     gc.collect()
     grown = tracemalloc.get_traced_memory()[0] - before
     del world
@@ -162,13 +160,14 @@ def run_by_phase(overrides: list[str]) -> dict:  # long: one run, instrumented p
         phase[0] = "events"
         return run(loop, *args, **kwargs)
 
-    def measured(world, recorder, *args, **kwargs):
+    def measured(parts, *args, **kwargs):
         phase[0] = "measure"
+        world, recorder = parts.world, parts.recorder
         out["cache_bytes"], out["cached_blocks"], out["nodes"] = cache_bytes(world.instances)
         out["recorded"] = len(recorder) if hasattr(type(recorder), "__len__") else len(recorder.records)
         out["recorder_bytes"] = recorder_bytes(recorder)
         out["rss_end_of_events_mb"] = round(_rss_mb())
-        return measure(world, recorder, *args, **kwargs)
+        return measure(parts, *args, **kwargs)
 
     EventLoop.run, simulate_module.measure = events, measured
     t0 = time.process_time()

@@ -9,7 +9,6 @@ from omegaconf import OmegaConf
 from distsim.catalog.hardware import HardwareSpec
 from distsim.catalog.models import ModelSpec
 from distsim.cells import settings as cells_settings
-from distsim.cells.build import build_world
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.cluster import Cluster
 from distsim.cluster.pools import PoolSpec
@@ -23,6 +22,7 @@ from distsim.request import Request
 from distsim.signals import settings as signal_settings
 from distsim.signals.settings import SignalSettings
 from distsim.workload.settings import SloDefaults
+from distsim.world import build_world
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -25,9 +26,9 @@ from distsim.cluster.hedging import hedging_columns
 from distsim.cluster.pools import PoolSpec
 from distsim.config.schema import PolicyConfig
 from distsim.errors import ConfigError
+from distsim.hedging.feature import HedgingFeature
 from distsim.instance.latency.linear import LinearLatency
 from distsim.request import Request
-from distsim.resolve import hedging_fits
 from distsim.simulate import summary_json
 from distsim.workload.settings import SloDefaults
 
@@ -210,7 +211,7 @@ def test_hedging_runs_inside_cells():
     sim = run(reqs, params, LATENCY, instances=4, policy_cfg=hedge_policy(delay_ms=0.5), cells={"count": 2},
               check_every_event=True)  # fmt: skip
     assert sorted(sim.recorder.table()["request_id"]) == list(range(len(reqs)))
-    assert sum(h.copies_sent for h in sim.cluster.hedgers) > 0
+    assert sum(cell.hedger.copies_sent for cell in sim.cluster.cells) > 0
 
 
 @pytest.mark.parametrize(
@@ -234,6 +235,11 @@ def test_bad_hedge_settings_name_their_key(overrides, key):
 def test_a_delay_in_slo_fractions_needs_a_finite_ttft_slo():
     pools = [PoolSpec("p", 2, "mixed", FAKE_HW, tiny_model(1000), 1, engine(), LATENCY, "cluster")]
     with pytest.raises(ConfigError) as err:
-        hedging_fits(hedge_policy(delay_slo_fraction=0.3), pools, SloDefaults(math.inf, math.inf))  # no TTFT SLO
-    assert err.value.key == "policy.hedge.delay_slo_fraction"
-    hedging_fits(hedge_policy(delay_ms=5.0), pools, SloDefaults(math.inf, math.inf))  # a fixed delay needs none
+        HedgingFeature.check(scenario(hedge_policy(delay_slo_fraction=0.3), pools, SloDefaults(math.inf, math.inf)))
+    assert err.value.key == "policy.hedge.delay_slo_fraction"  # no TTFT SLO
+    HedgingFeature.check(scenario(hedge_policy(delay_ms=5.0), pools, SloDefaults(math.inf, math.inf)))  # needs none
+
+
+def scenario(policy, pools, slo) -> SimpleNamespace:
+    """What hedging's check reads of a scenario."""
+    return SimpleNamespace(policy=policy, pools=pools, slo=slo)

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # output: the ground every layer stands on
     ("base", ("distsim.errors", "distsim.registry", "distsim.validators", "distsim.request", "distsim.inputs",
               "distsim.outputs", "distsim.run_dir", "distsim.report_table", "distsim.metrics.columns",
-              "distsim.protocols")),  # protocols: what the world, a replica and a signal source offer
+              "distsim.protocols", "distsim.feature")),  # what the world, a replica, a signal source and a feature offer
     # the features' config schemas and the registries whose members' parameters become keys; the autoscale node's
     # settings, which every pool's resolution (distsim.cluster.pools) checks
     ("schema", ("distsim.workload.schema", "distsim.runtime.schema", "distsim.autoscale.schema",
@@ -39,9 +39,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("workload", ("distsim.workload",)),  # request sources, their SLO defaults
     ("cluster", ("distsim.cluster",)),  # pools of instances behind one router; engine checks, pool resolution
     ("metrics", ("distsim.metrics",)),  # the recorder and every table and figure made from it; fitness, windows
+    # the features whose machinery is the cluster's or the instances': their reports (distsim.feature)
+    ("features", ("distsim.hedging", "distsim.mig", "distsim.pd", "distsim.timeline")),
     ("autoscale", ("distsim.autoscale",)),  # scalers reading signals and completions, the controller
     ("cells", ("distsim.cells",)),  # clusters behind a front router
     ("runtime", ("distsim.runtime",)),  # batching runtimes for non-LLM requests, beside the LLM cluster
+    ("world", ("distsim.world",)),  # the one world builder and the features' registry
     # the root schema (every feature's schema and the plug-ins' parameters, for Hydra), composition, the sim
     # section's settings, the runner's and the search's schemas
     ("config", ("distsim.config",)),

@@ -11,16 +11,15 @@ import numpy as np
 import pytest
 
 from distsim import load_config, simulate
-from distsim.cells.build import build_world
 from distsim.errors import ConfigError
 from distsim.events.loop import EventLoop
-from distsim.metrics.types import TypedRecorder
 from distsim.report_table import format_summary
 from distsim.request import Status
 from distsim.resolve import resolve
-from distsim.runtime.build import attach_runtimes
+from distsim.runtime.report import TypedRecorder
 from distsim.simulate import summary_json
 from distsim.workload import build_workload
+from distsim.world import build
 
 MIX = "workload.mix={llm:0.7,vision:0.2,asr:0.1}"
 FLEET = ("cluster.pools=[{name:llm,count:2},"
@@ -67,11 +66,8 @@ def run_checked(overrides: list[str]) -> tuple[TypedRecorder, object]:
     scenario = resolve(load_config(overrides))
     sim = scenario.sim
     loop = EventLoop(sim.horizon_us)
-    recorder = TypedRecorder(scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.frontend.output_lag_us)
-    cluster = build_world(scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
-                          seed=sim.seed, slo=scenario.slo, frontend=scenario.frontend, cells=scenario.cells)
-    front = attach_runtimes(cluster, scenario.runtimes, scenario.policy, scenario.signals, loop, recorder, seed=sim.seed,
-                            ttft_slo_ms=scenario.slo.ttft_ms)
+    parts = build(scenario, loop)  # the typed front over the cluster, the TypedRecorder
+    recorder, front = parts.recorder, parts.world
     front.feed(scenario.workload)
     checked = []
     loop.after_event = lambda now: checked.append(len(front.check_invariants()))

@@ -15,19 +15,17 @@ import pytest
 
 from distsim import load_config, simulate
 from distsim.autoscale.replicas import DRAINING, OFF, PROVISIONING, SERVING
-from distsim.cells.build import build_world
 from distsim.errors import ConfigError
 from distsim.events.loop import PRIO_ARRIVAL, EventLoop
 from distsim.metrics.settings import MeasureWindow
 from distsim.metrics.summary import distribution, rnd
-from distsim.metrics.types import TypedRecorder
 from distsim.request import new_typed_request
 from distsim.resolve import resolve
-from distsim.runtime.build import attach_runtimes
 from distsim.runtime.curves.fixed import FixedCurve
 from distsim.runtime.replica import RuntimeReplica
 from distsim.simulate import run as simulate_run
 from distsim.simulate import summary_json
+from distsim.world import build
 
 MIXED = ["cluster=mixed_fleet", "workload=mixed_70_20_10", "workload.num_requests=400"]
 WINDOW = ["sim.warmup_s=2", "sim.measure_s=5"]
@@ -183,16 +181,13 @@ def run_checked(overrides: list[str], probe) -> tuple[object, object]:
     checked after every event; (recorder, front)."""
     scenario = resolve(load_config(overrides))
     loop = EventLoop(scenario.sim.horizon_us)
-    recorder = TypedRecorder(scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.frontend.output_lag_us)
-    cluster = build_world(scenario.pools, scenario.policy, scenario.signals, scenario.transfer, loop, recorder,
-                          seed=0, slo=scenario.slo, frontend=scenario.frontend, cells=scenario.cells)
-    front = attach_runtimes(cluster, scenario.runtimes, scenario.policy, scenario.signals, loop, recorder, seed=0,
-                            ttft_slo_ms=scenario.slo.ttft_ms)
+    parts = build(scenario, loop)  # the typed front over the cluster, the TypedRecorder
+    recorder, front = parts.recorder, parts.world
     front.feed(scenario.workload)
 
     def after(now: int) -> None:
         front.check_invariants()
-        front.autoscaler.check_invariants()
+        front.cluster.autoscaler.check_invariants()
         probe(front, now)
 
     loop.after_event = after
@@ -206,7 +201,7 @@ def test_a_runtime_replica_serves_only_once_provisioned_and_a_draining_one_takes
     seen_states: set[tuple[int, str]] = set()
 
     def probe(front, now):
-        sp = front.autoscaler.pools[0]
+        sp = front.cluster.autoscaler.pools[0]
         state = front.routes["vision"].state
         for replica in sp.replicas.replicas:
             (e,) = replica.engines
@@ -226,7 +221,7 @@ def test_a_runtime_replica_serves_only_once_provisioned_and_a_draining_one_takes
     assert len(new) > 0 and new["arrival_ms"].min() >= 1400.0  # asked for at 1 s, serving 0.4 s later
     assert ((rows["instance"] > vis) & (rows["arrival_ms"] >= 3000.0)).sum() == 0  # drained from 3 s
     assert {(vis + 1, DRAINING), (vis + 2, DRAINING), (vis + 1, PROVISIONING)} <= seen_states
-    assert [r.state for r in front.autoscaler.pools[0].replicas.replicas] == [SERVING, OFF, OFF]
+    assert [r.state for r in front.cluster.autoscaler.pools[0].replicas.replicas] == [SERVING, OFF, OFF]
 
 
 def replica_hours(timeline: pd.DataFrame, start_ms: float, end_ms: float) -> float:
@@ -314,7 +309,7 @@ def test_an_autoscaled_llm_pool_beside_fixed_runtimes_bills_every_replica_and_st
     keys = [f"cluster.pools=[{llm},{{name:vis,kind:runtime,model:resnet-50,count:1}}]", "workload.mix={llm:0.5,vision:0.5}",
             "workload.arrival.rate_rps=60", "workload.num_requests=240"]
     recorder, front = run_checked(keys, lambda front, now: None)
-    assert (recorder.table()["status"] == "completed").all() and not front.autoscaler.active()
+    assert (recorder.table()["status"] == "completed").all() and not front.cluster.autoscaler.active()
     result = simulate(load_config(keys))
     s, inst = result.summary, result.instances
     span_s = s["sim"]["simulated_s"]

@@ -1,4 +1,4 @@
-"""The timeline (sim.timeline, distsim.metrics.timeline): timeline.json read back and checked against the
+"""The timeline (sim.timeline, distsim.timeline): timeline.json read back and checked against the
 run's own tables (requests.parquet: every request's slice and phases; instances.parquet: every instance's
 busy time and steps), its flows (one per KV transfer, one per hedge copy), the front's decisions, the
 window, that it changes no output and repeats byte for byte, and bad settings.

@@ -6,5 +6,6 @@ front router picks a cell for each arriving request from per-cell summaries that
 own staleness and transport delay (:mod:`distsim.cells.directory`); the request travels to the cell over
 a network whose round trips come from Vivaldi-style coordinates (:mod:`distsim.cells.network`); a
 saturated cell may pass it on to another (spill-over); the tokens travel back to the front. The fleet
-(:mod:`distsim.cells.fleet`) holds it together; :mod:`distsim.cells.build` assembles it.
+(:mod:`distsim.cells.fleet`) holds it together; :mod:`distsim.cells.build` assembles it, as
+:mod:`distsim.cells.feature` asks the world builder (distsim.world).
 """

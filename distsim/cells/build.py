@@ -19,14 +19,12 @@ import gc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from distsim.autoscale.controller import attach_autoscaler
 from distsim.cells.base import FrontContext
 from distsim.cells.directory import CellDirectory
 from distsim.cells.fleet import Fleet
 from distsim.cells.network import Network
 from distsim.cells.settings import CellSettings
-from distsim.cluster.build import assemble, build_cluster, build_instances
-from distsim.cluster.cluster import Cluster
+from distsim.cluster.build import assemble, build_instances
 from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
@@ -37,30 +35,6 @@ from distsim.workload.settings import SloDefaults
 if TYPE_CHECKING:
     from distsim.cluster.pools import PoolSpec
     from distsim.metrics.recorder import Recorder
-
-
-def build_world(
-    pools: Sequence[PoolSpec], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
-    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
-    frontend: FrontendSettings | None = None, cells: CellSettings | None = None,
-    instance_cls: type[Instance] = Instance,
-) -> Cluster | Fleet:
-    """What a run simulates: the cluster of ``pools`` (distsim.cluster.build.build_cluster), or with more
-    than one cell the fleet of cells, which the run uses alike; its engines are ``instance_cls`` objects
-    (distsim.instance.observed.ObservedInstance when a timeline listens)."""
-    if cells is None or not cells.enabled:
-        cluster = build_cluster(
-            pools, policy, signals, transfer, loop, recorder, seed=seed, fast_forward=fast_forward, slo=slo,
-            frontend=frontend, instance_cls=instance_cls,
-        )
-        if any(pool.autoscale is not None for pool in pools):  # built with max replicas; count of them serve
-            lag_us = frontend.output_lag_us if frontend is not None else 0
-            attach_autoscaler(cluster, list(pools), seed, ttft_slo_ms=slo.ttft_ms, output_lag_us=lag_us)
-        return cluster
-    return build_fleet(
-        pools, policy, signals, transfer, loop, recorder, seed=seed, fast_forward=fast_forward, slo=slo,
-        frontend=frontend, cells=cells, instance_cls=instance_cls,
-    )
 
 
 def build_fleet(

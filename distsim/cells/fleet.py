@@ -1,6 +1,6 @@
 """The fleet of cells: arrivals at the front, the front router, the network, spill-over, and the tokens'
 way back. Each cell is a :class:`distsim.cluster.cluster.Cluster` of its own (admission, router, signals,
-instances); the fleet offers the same face as a Cluster to the run (feed, finish, the tables' fields).
+instances); the fleet offers the same face as a Cluster to the run (distsim.protocols.World).
 
 The path of a request (docs/reading_guide.md):
 
@@ -40,17 +40,6 @@ if TYPE_CHECKING:
     from distsim.metrics.recorder import Recorder
 
 
-class _Boards:
-    """The cells' signal boards, counted as one (summary.json's signals.scrapes)."""
-
-    def __init__(self, cells: list[Cluster]):
-        self.cells = cells
-
-    @property
-    def scrapes(self) -> int:
-        return sum(cell.board.scrapes for cell in self.cells)
-
-
 class Fleet(Intake):
     """The front, the network and the cells. Assembled by :func:`distsim.cells.build.build_fleet`."""
 
@@ -66,8 +55,6 @@ class Fleet(Intake):
             cell.record_listeners.append(partial(self.recorded, c))
         self.instances = [inst for cell in cells for inst in cell.instances]
         self.pool_of = [pool for cell in cells for pool in cell.pool_of]
-        self.dp, self.disaggregated, self.trace = cells[0].dp, cells[0].disaggregated, cells[0].trace
-        self.board = _Boards(cells)
         self.max_hops = settings.max_hops
         n = len(cells)
         self.routed = [0] * n  # requests the front sent to each cell
@@ -80,14 +67,9 @@ class Fleet(Intake):
         self.record_ids = array("q")  # request ids as recorded, and the cell that recorded each (-1: none)
         self.record_cells = array("q")
         self.listeners: list[Any] = []  # told of the front's picks and spill-overs (a timeline): front_routed, spilled
-        self.runtimes, self.autoscaler = (), None  # distsim.protocols.World: neither is modelled with cells
         self._wire: dict[int, tuple[Request, int, tuple[int, ...]]] = {}  # id -> (request, its cell, cells passed)
         self._source: Iterator[Request] | None = None
         self._exhausted = False
-
-    @property
-    def num_instances(self) -> int:
-        return len(self.instances)
 
     # ------------------------------------------------------------------ arrivals at the front
     def feed(self, requests: Iterable[Request]) -> None:
@@ -181,24 +163,11 @@ class Fleet(Intake):
     def warn_refusals(self) -> None:
         warn_refusals(self.instances, self.arrived)
 
-    def decision_table(self) -> pd.DataFrame:
+    def decision_table(self) -> pd.DataFrame | None:
+        """decisions.parquet's rows, every cell's in time order, with policy.trace_decisions; else None."""
+        if not self.cells[0].trace:
+            return None
         return decision_table(list(heapq.merge(*(cell.decisions for cell in self.cells), key=lambda d: d[0])))
-
-    @property
-    def hedgers(self) -> list:
-        return [cell.hedger for cell in self.cells if cell.hedger is not None]
-
-    @property
-    def transfers(self) -> int:
-        return sum(cell.transfers for cell in self.cells)
-
-    @property
-    def transfer_us_total(self) -> int:
-        return sum(cell.transfer_us_total for cell in self.cells)
-
-    @property
-    def transfer_bytes_total(self) -> float:
-        return sum(cell.transfer_bytes_total for cell in self.cells)
 
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:

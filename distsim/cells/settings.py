@@ -1,4 +1,4 @@
-"""The cell layer's settings (``cluster.cells.*``), checked and typed (resolve, then build: distsim.cells.build).
+"""The cell layer's settings (``cluster.cells.*``), checked and typed (resolve, then build: distsim.cells.feature).
 
 Every pool's instances are split equally among the cells; the front router is a registered class
 (distsim.cells.registry); the summaries' cadence and delay, the network's scales and the spill-over rule

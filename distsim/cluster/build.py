@@ -138,9 +138,9 @@ def build_cluster(
     loop: EventLoop, recorder: RecordSink, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
     frontend: FrontendSettings | None = None, instance_cls: type[Instance] = Instance,
 ) -> Cluster:
-    """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (with cells:
-    distsim.cells.build.build_world, which also attaches an autoscaler to pools that have one); its
-    engines are ``instance_cls`` objects."""
+    """The cluster of ``pools`` behind ``policy``, reading signals as ``signals`` says (built by the world
+    builder, distsim.world, unless the cells build a fleet; it then attaches the features); its engines are
+    ``instance_cls`` objects."""
     instances, pool_of = build_instances(
         pools, loop, fast_forward, instance_cls=instance_cls, cancellable=policy.hedge.enabled
     )

@@ -150,7 +150,7 @@ class Cluster(Intake):
         self._connect(hedger)
         self.decisions: list[tuple] = []
         self.listeners: list[ClusterListener] = []  # told of hand-offs, KV transfers and hedges (a timeline)
-        self.cells, self.runtimes, self.autoscaler = None, (), None  # protocols.World; autoscaling sets one
+        self.autoscaler: Any = None  # the autoscaler, which sets itself here (distsim.autoscale.controller)
         self.arrived = 0  # requests that entered this cluster
         self.recorded = 0  # of them, recorded with their final status
         self.first_arrival_us: int | None = None
@@ -484,7 +484,8 @@ class Cluster(Intake):
         return self.hedger.in_flight(places)
 
     def decision_table(self):
-        return decision_table(self.decisions)
+        """decisions.parquet's rows, with policy.trace_decisions; else None."""
+        return decision_table(self.decisions) if self.trace else None
 
 
 def decision_table(decisions: list[tuple]):

@@ -255,7 +255,7 @@ class SimConfig:
     """Simulation controls that do not change the modelled system. The measurement window
     (distsim.metrics.settings), in seconds from t=0: only requests arriving in [warmup_s, warmup_s + measure_s)
     count in summary.json. The timeline: timeline.json, a Chrome trace of the schedule
-    (distsim/metrics/timeline.py), kept to [timeline_start_s, timeline_end_s) seconds of simulated time."""
+    (distsim/timeline/trace.py), kept to [timeline_start_s, timeline_end_s) seconds of simulated time."""
 
     horizon_s: float | None = None  # stop here; requests still in flight are 'unfinished'
     warmup_s: float = 0.0  # start of the window

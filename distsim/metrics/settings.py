@@ -17,7 +17,7 @@ each figure is :mod:`distsim.metrics.window`'s business.
 The timeline's window. Why a window: a long run's schedule is millions of steps, far more than a trace
 viewer opens; a user debugging a schedule looks at a span of it. Times are seconds of simulated time from
 t=0, as the measurement window's. What the timeline holds and how the window cuts it:
-:mod:`distsim.metrics.timeline`.
+:mod:`distsim.timeline.trace`.
 """
 
 from __future__ import annotations

@@ -7,83 +7,46 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from distsim.cluster.mig import slice_columns
+from distsim.cluster.data_parallel import DataParallelBalancer
 from distsim.events.loop import EventLoop
+from distsim.feature import Measures, Parts
 from distsim.metrics.columns import Table
-from distsim.metrics.recorder import Recorder
-from distsim.metrics.summary import rnd, summarize
+from distsim.metrics.summary import summarize
 
 if TYPE_CHECKING:
-    from distsim.autoscale.controller import Autoscaler
-    from distsim.cluster.pools import PoolSpec
     from distsim.instance.instance import Instance
-    from distsim.metrics.window import WindowProbe
     from distsim.protocols import World
-    from distsim.runtime.replica import RuntimeReplica
-
-    # the world a run builds and measures: a cluster, a fleet of cells, or the typed front over a cluster
-    RunWorld = World[Instance, PoolSpec, RuntimeReplica, Autoscaler]
 
 
-def measure(
-    cluster: RunWorld, recorder: Recorder, loop: EventLoop, end_us: int, seed: int,
-    window: WindowProbe | None = None,
-) -> tuple[Table, Table, dict]:
-    """The request table, the instance table and the summary (fitness not yet added). ``window``: a
-    measurement window's distsim.metrics.window.WindowProbe, which makes the summary its own way."""
-    table = recorder.columns()
-    instances = instance_table(cluster)
-    runtimes = cluster.runtimes  # batching runtimes beside the LLM cluster (distsim.runtime)
-    if runtimes:
-        from distsim.metrics.types import runtime_rows
+def measure(parts: Parts, loop: EventLoop, end_us: int) -> Measures:
+    """The request table, the instance table and the summary (fitness not yet added) of the run of
+    ``parts``, each of its features adding its own: instance columns, then (after the summary, which a
+    feature may make its own way, such as a measurement window) its section, in registry order."""
+    world, features = parts.world, list(parts.features.values())
+    m = Measures(parts, parts.recorder.columns(), instance_table(world), {}, end_us, events=loop.events)
+    for feature in features:
+        feature.instance_columns(m)
 
-        instances = runtime_rows(instances, runtimes)
-    if window is not None:
-        summary = window.summary(table, instances, cluster, seed=seed, events=loop.events, end_us=end_us)
-    else:
-        itl_values, itl_weights = itl_samples(cluster)
-        start_us = cluster.first_arrival_us or 0
-        autoscaler = cluster.autoscaler  # cost follows the replicas that ran
-        billed_s = autoscaler.billed_s(start_us, end_us) if autoscaler is not None else None
+    def bill(start_us: int, stop_us: int) -> np.ndarray | None:  # what the fleet is billed within a span
+        return next((b for f in features if (b := f.billing(start_us, stop_us)) is not None), None)
+
+    summary = next((s for f in features if (s := f.summarize(m, bill)) is not None), None)
+    if summary is None:
+        itl_values, itl_weights = itl_samples(world)
+        m.start_us, m.stop_us = world.first_arrival_us or 0, end_us
         summary = summarize(
-            table, instances, itl_values, itl_weights, seed=seed, events=loop.events, start_us=start_us, end_us=end_us,
-            billed_s=billed_s,
+            m.table, m.instances, itl_values, itl_weights, seed=parts.seed, events=loop.events, start_us=m.start_us,
+            end_us=end_us, billed_s=bill(m.start_us, end_us),
         )
-        if autoscaler is not None:
-            from distsim.metrics.autoscale import autoscale_summary
-
-            summary["autoscale"] = autoscale_summary(autoscaler, instances, start_us, end_us)
-    if cluster.disaggregated:
-        summary["kv_transfer"] = {
-            "transfers": cluster.transfers,
-            "mean_ms": rnd(cluster.transfer_us_total / cluster.transfers / 1000.0) if cluster.transfers else None,
-            "gb": rnd(cluster.transfer_bytes_total / 1e9, 6),
-        }
-    if "mig_profile" in instances:  # MIG slices: how the fleet packs
-        from distsim.metrics.mig import mig_summary
-
-        summary["mig"] = mig_summary(cluster, instances)
-    summary["signals"] = {"scrapes": cluster.board.scrapes}
-    if "type" in table:  # request types in play (workload.mix): per-type figures
-        summary["types"] = types_section(table, runtimes, summary["_derived"]["span_s"], window)
-    if cluster.hedgers:  # hedging on: its request columns and summary section
-        from distsim.metrics.hedging import add_hedging
-
-        summary["hedging"] = add_hedging(table, instances, cluster)
-    return table, instances, summary
+    m.summary = summary
+    for feature in features:
+        section = feature.report(m)
+        if section is not None:
+            summary[feature.name] = section
+    return m
 
 
-def types_section(table: Table, runtimes: Sequence[RuntimeReplica], span_s: float, window: WindowProbe | None) -> dict:
-    """summary.json's ``types``; with a measurement window, its measured requests and the batches ending in
-    its span (distsim.metrics.window)."""
-    if window is not None:
-        return window.types(table, runtimes, span_s)
-    from distsim.metrics.types import types_summary
-
-    return types_summary(table, runtimes, span_s)
-
-
-def instance_table(cluster: RunWorld) -> Table:
+def instance_table(cluster: World) -> Table:
     """instances.parquet: one row per instance (engine)."""
     rows = []
     for inst in cluster.instances:
@@ -117,16 +80,10 @@ def instance_table(cluster: RunWorld) -> Table:
             }
         )
     columns = {name: [row[name] for row in rows] for name in rows[0]}
-    if cluster.dp is not None:  # data parallelism: each engine's configured instance (its DP group)
+    if DataParallelBalancer.needed(cluster.instances):  # data parallelism: each engine's configured instance (its DP group)
         columns = {"instance": columns.pop("instance"), "dp_group": [i.dp_group for i in cluster.instances], **columns}
     if any(inst.cpu is not None for inst in cluster.instances):  # a CPU KV tier somewhere: its counters
         columns.update(cpu_tier_columns(cluster.instances))
-    if any(inst.batcher is not None for inst in cluster.instances):  # windowed prefill batching somewhere
-        from distsim.metrics.batching import batching_columns
-
-        columns.update(batching_columns(cluster.instances))
-    if any(pool.mig is not None for pool in cluster.pool_of):  # MIG slices somewhere: per slice price and share
-        columns.update(slice_columns(cluster.pool_of))
     table = Table()
     for name, values in columns.items():
         table.add(name, values, _INSTANCE_KINDS.get(name, "float64" if name.endswith("_ms") else "int64"))
@@ -156,7 +113,7 @@ def cpu_tier_columns(instances: Sequence[Instance]) -> dict[str, list]:
 ITL_CHUNK = 1 << 19  # inter-token gaps gathered before they are tallied (a merge's peak: some 20 bytes a gap)
 
 
-def itl_samples(cluster: RunWorld) -> tuple[np.ndarray, np.ndarray]:
+def itl_samples(cluster: World) -> tuple[np.ndarray, np.ndarray]:
     """All inter-token gaps as (values in microseconds, weights): each distinct gap once, sorted, with the
     summed weight of its samples, which gives the weighted distribution of the samples themselves. They are
     tallied a few million at a time, so memory stays small however many there are (a run of 131,072

@@ -25,7 +25,7 @@ The rules, one per kind of figure:
   the measured span, and the batches ending inside the span.
 - **Whole run**: instances.parquet, and summary.json's ``cpu_kv``, ``kv_transfer``, ``signals``,
   ``cells`` and ``workload``; ``sim.simulated_s`` stays the run's own length. With hedging, its section
-  counts the measured requests (distsim.metrics.hedging reads the column). With autoscaling, cost and
+  counts the measured requests (distsim.hedging.report reads the column). With autoscaling, cost and
   GPU-hours follow the replicas billed within the span and ``autoscale``'s scale counts and peak are the
   run's (tests/test_windows.py).
 """
@@ -33,14 +33,15 @@ The rules, one per kind of figure:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from distsim.errors import warn_config
 from distsim.events.loop import EventLoop
+from distsim.feature import Feature, Measures, Parts
 from distsim.metrics.columns import Table
 from distsim.metrics.settings import MeasureWindow
 from distsim.metrics.summary import cpu_kv_counts, is_status, rnd, summarize
@@ -48,7 +49,6 @@ from distsim.metrics.tables import Tally
 
 if TYPE_CHECKING:
     from distsim.instance.instance import Instance
-    from distsim.metrics.tables import RunWorld
     from distsim.runtime.replica import RuntimeReplica
 
 
@@ -73,11 +73,11 @@ def counters_at(inst: Instance, now: int) -> Counters:
     return Counters(busy, len(stats.itl_step_durations), len(stats.itl_single))
 
 
-def snapshot(cluster: RunWorld, now: int) -> dict[int, Counters]:
+def snapshot(engines: Sequence[Instance], replicas: Sequence[RuntimeReplica], now: int) -> dict[int, Counters]:
     """Every instance's counters at ``now``, and every runtime replica's (its busy time credited at batch
     ends; it has no token gaps)."""
-    out = {inst.index: counters_at(inst, now) for inst in cluster.instances}
-    for replica in cluster.runtimes:
+    out = {inst.index: counters_at(inst, now) for inst in engines}
+    for replica in replicas:
         out[replica.index] = Counters(replica.busy_ended_us(), 0, 0)
     return out
 
@@ -88,17 +88,19 @@ class WindowProbe:
     measures the run through the window."""
 
     window: MeasureWindow
+    engines: Sequence[Instance] = ()  # the world's instances and runtime replicas (set once built)
+    replicas: Sequence[RuntimeReplica] = ()
     edges: list[dict[int, Counters]] = field(default_factory=list)  # at the start, and the end if closed
-    stop_us: int = 0  # the measured span's end (set by ``summary``)
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the request rows before, in, after it
 
-    def run(self, loop: EventLoop, cluster: RunWorld, horizon_us: int | None) -> int:
+    def run(self, loop: EventLoop, horizon_us: int | None) -> int:
         """Run ``loop`` to its end (the horizon), pausing at the window's edges; the final time."""
         for edge in (self.window.start_us, self.window.end_us):
             if edge is None:
                 break
             loop.horizon_us = edge  # events at the edge run before the pause
             loop.run()
-            self.edges.append(snapshot(cluster, edge))
+            self.edges.append(snapshot(self.engines, self.replicas, edge))
         loop.horizon_us = horizon_us
         return loop.run()
 
@@ -116,31 +118,32 @@ class WindowProbe:
         stop = end_us if self.window.end_us is None else min(self.window.end_us, end_us)
         return start, max(stop, start)
 
-    def summary(
-        self, table: Table, instances: Table, cluster: RunWorld, *, seed: int, events: int, end_us: int
-    ) -> dict:
-        """summary.json over the window (fitness not yet added); adds the ``measured`` column to ``table``."""
-        before, measured, after = self.measured(table)
-        start_us, stop_us = self.span_us(cluster.first_arrival_us, end_us)
-        self.stop_us = stop_us
-        rows = take_rows(table, measured)
-        fleet = self.fleet_table(instances, cluster, rows)
-        itl_values, itl_weights = self.itl_samples(cluster)
-        autoscaler = cluster.autoscaler  # cost follows the replicas billed within the span
-        billed_s = autoscaler.billed_s(start_us, stop_us) if autoscaler is not None else None
+    def summary(self, table: Table, instances: Table, first_arrival_us: int | None, end_us: int, *, seed: int,
+                events: int, bill: Callable[[int, int], np.ndarray | None]) -> tuple[dict, int, int]:
+        """summary.json over the window (fitness not yet added; ``bill``: each instance's seconds billed
+        within a span, or None), and the measured span."""
+        self.masks = self.measured(table)
+        start_us, stop_us = self.span_us(first_arrival_us, end_us)
+        rows = take_rows(table, self.masks[1])
+        fleet = self.fleet_table(instances, rows)
+        itl_values, itl_weights = self.itl_samples()
         summary = summarize(
-            rows, fleet, itl_values, itl_weights, seed=seed, events=events, start_us=start_us, end_us=stop_us, billed_s=billed_s
+            rows, fleet, itl_values, itl_weights, seed=seed, events=events, start_us=start_us, end_us=stop_us,
+            billed_s=bill(start_us, stop_us),
         )
-        if autoscaler is not None:  # its GPU-hours, cost and mean replicas over the span too
-            from distsim.metrics.autoscale import autoscale_summary
+        return summary, start_us, stop_us
 
-            summary["autoscale"] = autoscale_summary(autoscaler, instances, start_us, stop_us)
-        run_start = cluster.first_arrival_us or 0
+    def section(self, table: Table, instances: Table, summary: dict, start_us: int, stop_us: int, run_start: int,
+                end_us: int) -> dict:
+        """summary.json's ``window``, after the whole run's figures are put back (``sim.simulated_s``, the
+        CPU tier's counters); adds the ``measured`` column to ``table``."""
+        assert self.masks is not None
+        before, measured, after = self.masks
         summary["sim"]["simulated_s"] = rnd(max(end_us - run_start, 1) / 1e6, 6)  # the run's own length
         if "cpu_kv" in summary:  # the tier's counters are the whole run's: so is its hit rate
             scheduled = ~np.isnan(table["queue_ms"])
             summary.update(cpu_kv_counts(instances, int(table["input_tokens"][scheduled].sum())))
-        summary["window"] = {
+        section = {
             "start_ms": rnd(self.window.start_us / 1000.0),
             "end_ms": None if self.window.end_us is None else rnd(self.window.end_us / 1000.0),
             "span_s": rnd((stop_us - start_us) / 1e6, 6),  # what the rates divide by (0: the run ended before it)
@@ -151,28 +154,20 @@ class WindowProbe:
         if len(table) and not measured.any():
             warn_config("sim.warmup_s", "no request arrived in the measurement window: every figure is empty")
         table.add("measured", measured, "bool")
-        return summary
+        return section
 
-    def _end_counters(self, cluster: RunWorld) -> dict[int, Counters]:
+    def _end_counters(self) -> dict[int, Counters]:
         """The counters at the window's end: its snapshot, or the run's final ones for an open window."""
         if self.window.end_us is not None:
             return self.edges[1]
         out = {inst.index: Counters(inst.stats.busy_us, len(inst.stats.itl_step_durations), len(inst.stats.itl_single))
-               for inst in cluster.instances}
-        out.update((r.index, Counters(r.stats.busy_us, 0, 0)) for r in cluster.runtimes)
+               for inst in self.engines}
+        out.update((r.index, Counters(r.stats.busy_us, 0, 0)) for r in self.replicas)
         return out
 
-    def types(self, table: Table, runtimes: Sequence[RuntimeReplica], span_s: float) -> dict:
-        """summary.json's ``types`` over the window: the measured rows (``summary`` added the column), and
-        the runtimes' batches that ended inside the span (as the fleet figures count steps)."""
-        from distsim.metrics.types import types_summary
-
-        rows = take_rows(table, table["measured"])
-        return types_summary(rows, runtimes, span_s, ended_in=(self.window.start_us, self.stop_us))
-
-    def fleet_table(self, instances: Table, cluster: RunWorld, rows: Table) -> Table:
+    def fleet_table(self, instances: Table, rows: Table) -> Table:
         """instances' columns for the summary, with busy time and too-long refusals inside the window."""
-        begin, end = self.edges[0], self._end_counters(cluster)
+        begin, end = self.edges[0], self._end_counters()
         zero = Counters(0, 0, 0)
         # an instance missing from a snapshot did not exist yet (a scale-up): nothing done by then
         busy_ms = [(end.get(i, zero).busy_us - begin.get(i, zero).busy_us) / 1000.0 for i in instances["instance"].tolist()]
@@ -188,14 +183,14 @@ class WindowProbe:
             out.add(name, values, instances.kind(name), instances.categories(name) if instances.kind(name) == "category" else ())
         return out
 
-    def itl_samples(self, cluster: RunWorld) -> tuple[np.ndarray, np.ndarray]:
+    def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         """The token gaps of the steps ending in the window, tallied as distsim.metrics.tables.itl_samples does."""
-        begin, end = self.edges[0], self._end_counters(cluster)
+        begin, end = self.edges[0], self._end_counters()
         low = self.window.start_us
         high = self.window.end_us if self.window.end_us is not None else np.iinfo(np.int64).max
         zero = Counters(0, 0, 0)
         tally = Tally()
-        for inst in cluster.instances:
+        for inst in self.engines:
             s, b, e = inst.stats, begin.get(inst.index, zero), end.get(inst.index, zero)
             tally.add(np.asarray(s.itl_step_durations[b.steps : e.steps], dtype=np.int64),
                       np.asarray(s.itl_step_weights[b.steps : e.steps], dtype=np.int64))
@@ -208,6 +203,37 @@ class WindowProbe:
             if singles:
                 tally.add(np.asarray(singles, dtype=np.int64), np.ones(len(singles), dtype=np.int64))
         return tally.result()
+
+
+class WindowFeature(Feature):
+    """The measurement window as a run's feature: it runs the loop in segments, makes the summary over the
+    window, and writes summary.json's ``window``."""
+
+    name = "window"
+
+    def __init__(self) -> None:
+        self.parts: Parts | None = None
+        self.probe: WindowProbe | None = None
+
+    def attach(self, parts: Parts) -> None:
+        self.parts = parts
+        self.probe = WindowProbe(parts.sim.window, parts.world.instances, parts.replicas)
+
+    def run(self, loop: EventLoop) -> int:
+        assert self.parts is not None and self.probe is not None
+        return self.probe.run(loop, self.parts.sim.horizon_us)
+
+    def summarize(self, m: Measures, bill: Callable[[int, int], np.ndarray | None]) -> dict[str, Any]:
+        assert self.probe is not None
+        first = m.parts.world.first_arrival_us
+        summary, m.start_us, m.stop_us = self.probe.summary(m.table, m.instances, first, m.end_us, seed=m.parts.seed,
+                                                            events=m.events, bill=bill)
+        return summary
+
+    def report(self, m: Measures) -> dict[str, Any]:
+        assert self.probe is not None
+        run_start = m.parts.world.first_arrival_us or 0
+        return self.probe.section(m.table, m.instances, m.summary, m.start_us, m.stop_us, run_start, m.end_us)
 
 
 def take_rows(table: Table, mask: np.ndarray) -> Table:

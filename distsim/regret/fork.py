@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from distsim.cells.build import build_world
 from distsim.errors import SimulationError
 from distsim.events.loop import EventLoop
 from distsim.metrics.recorder import Recorder
 from distsim.request import Request, Status
+from distsim.world import build
 
 if TYPE_CHECKING:
     from distsim.cluster.cluster import Cluster
@@ -205,11 +205,8 @@ def replay(scenario: Scenario, sampled: set[int], horizon_us: int, pinned: dict[
     policy = replace(scenario.policy, routing=replace(routing, cls=forking(routing.cls, forks)))
     sim = scenario.sim
     loop = EventLoop(sim.horizon_us)
-    recorder = Recorder(scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.frontend.output_lag_us)
-    world = build_world(
-        scenario.pools, policy, scenario.signals, scenario.transfer, loop, recorder, seed=sim.seed,
-        fast_forward=sim.fast_forward, slo=scenario.slo, frontend=scenario.frontend, cells=scenario.cells,
-    )  # fmt: skip
+    parts = build(replace(scenario, policy=policy), loop, only=("autoscale", "cells"))  # no run-level features
+    world, recorder = parts.world, parts.recorder
     forks.loop, forks.world, forks.recorder = loop, world, recorder
     workload = scenario.workload
     world.feed(map(fresh, workload) if isinstance(workload, (list, tuple)) else workload)

@@ -5,8 +5,8 @@ Why a front over the cluster rather than inside it: an LLM-only run never builds
 per request for types. Each type's router sees only that type's replicas (as P/D gives the prefill and the
 decode router a view each) and draws from its own stream ("router/TYPE"). Admission and hedging are the LLM
 cluster's: a non-LLM request is routed at once (after the routing latency, if any); Triton has no admission
-beyond its queue. The front offers the run the cluster's face (its tables' fields are the cluster's), and
-adds the runtimes (``runtimes``) and the non-LLM requests' counts.
+beyond its queue. The front offers the run the world's face (distsim.protocols.World: the cluster's engines, pools and
+listeners), and holds the runtimes (``runtimes``) and the non-LLM requests' counts.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from distsim.cluster.cluster import Cluster, Intake
-from distsim.cluster.hedging import Hedger
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.instance.departure import Departure
@@ -29,8 +28,6 @@ from distsim.signals.view import ClusterView, RouterState
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from distsim.autoscale.controller import Autoscaler
 
 
 @dataclass
@@ -49,10 +46,7 @@ class TypedFront(Intake):
     def __init__(self, cluster: Cluster, routes: dict[str, TypeRoute], loop: EventLoop, recorder: RecordSink,
                  dispatch_us: int):
         self.cluster, self.routes, self.loop, self.recorder = cluster, routes, loop, recorder
-        self.instances, self.pool_of, self.board = cluster.instances, cluster.pool_of, cluster.board
-        self.dp, self.disaggregated, self.trace = cluster.dp, cluster.disaggregated, cluster.trace
-        self.listeners = cluster.listeners
-        self.cells = None  # runtime pools are not modelled with cells (distsim.runtime.checks)
+        self.instances, self.pool_of, self.listeners = cluster.instances, cluster.pool_of, cluster.listeners
         self.dispatch_us = dispatch_us
         self.runtimes = sorted((r for route in routes.values() for r in route.replicas), key=lambda r: r.index)
         for route in routes.values():
@@ -66,35 +60,8 @@ class TypedFront(Intake):
         self._source = None
         self._exhausted = False
 
-    # ------------------------------------------------------------------ the world's face (distsim.protocols.World)
-    # The LLM side is the cluster's: its engines, pools, board, listeners and settings (fixed at build), and
-    # what changes during the run (transfers, hedgers, the autoscaler autoscaling may set), read through.
-    @property
-    def hedgers(self) -> list[Hedger]:
-        return self.cluster.hedgers
-
-    @property
-    def autoscaler(self) -> Autoscaler | None:
-        return self.cluster.autoscaler
-
-    @property
-    def transfers(self) -> int:
-        return self.cluster.transfers
-
-    @property
-    def transfer_us_total(self) -> int:
-        return self.cluster.transfer_us_total
-
-    @property
-    def transfer_bytes_total(self) -> float:
-        return self.cluster.transfer_bytes_total
-
-    @property
-    def num_instances(self) -> int:
-        return self.cluster.num_instances
-
-    def decision_table(self) -> pd.DataFrame:
-        return self.cluster.decision_table()
+    def decision_table(self) -> pd.DataFrame | None:
+        return self.cluster.decision_table()  # the LLM requests' decisions
 
     # ------------------------------------------------------------------ arrivals
     def feed(self, requests: Iterable[Request]) -> None:

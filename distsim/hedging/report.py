@@ -13,8 +13,8 @@ from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
 
 if TYPE_CHECKING:
+    from distsim.cluster.hedging import Hedger
     from distsim.instance.instance import Instance
-    from distsim.metrics.tables import RunWorld
 
 
 def gpu_seconds_per_token(instances: Sequence[Instance], fractions: list[float] | None = None) -> dict[int, tuple[float, float]]:
@@ -35,11 +35,11 @@ def gpu_seconds_per_token(instances: Sequence[Instance], fractions: list[float] 
     return rates
 
 
-def add_hedging(table: Table, instances: Table, cluster: RunWorld) -> dict[str, Any]:
+def add_hedging(table: Table, instances: Table, hedgers: list[Hedger], engines: Sequence[Instance]) -> dict[str, Any]:
     """Add the hedging columns to the request table; return the summary section (over the measured rows
     when a measurement window marks them)."""
     fractions = list(instances["gpu_fraction"]) if "gpu_fraction" in instances else None  # MIG slices
-    columns = hedging_columns(cluster.hedgers, table["request_id"], gpu_seconds_per_token(cluster.instances, fractions))
+    columns = hedging_columns(hedgers, table["request_id"], gpu_seconds_per_token(engines, fractions))
     for name, values in columns.items():
         table.add(name, values, "float64" if name == "wasted_gpu_s" else "int64")
     rows = table["measured"] if "measured" in table else np.ones(len(table), dtype=bool)

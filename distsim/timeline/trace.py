@@ -49,10 +49,10 @@ from distsim.request import Request
 if TYPE_CHECKING:
     import pandas as pd
 
+    from distsim.feature import Parts
     from distsim.instance.instance import Instance
     from distsim.instance.plan import StepPlan
     from distsim.metrics.columns import Table
-    from distsim.metrics.tables import RunWorld
     from distsim.runtime.replica import RuntimeReplica
 
 STEPS_TID = 1  # an instance's steps
@@ -74,12 +74,13 @@ class Timeline:
         self.hedges: list[tuple[int, int, int, int, int]] = []  # (time, request id, copy id, from, to)
         self.front: list[tuple[int, int, int, int]] = []  # (time, request id, from cell (-1: the front), to cell)
 
-    def attach(self, world: RunWorld) -> None:
-        """Listen to ``world`` (a cluster or a fleet of cells, built with ObservedInstance engines)."""
+    def attach(self, parts: Parts) -> None:
+        """Listen to the world of ``parts`` (a cluster or a fleet of cells, built with ObservedInstance engines)."""
+        world = parts.world
         for inst in world.instances:
             inst.step_listeners.append(self.step)
-        cells = world.cells
-        for cluster in cells if cells is not None else [world]:
+        cells = _cells(parts)
+        for cluster in parts.clusters:
             cluster.listeners.append(self)
         if cells is not None:
             world.listeners.append(self)
@@ -125,20 +126,21 @@ class Timeline:
             self.front.append((now, req.request_id, cell, target))
 
     # ------------------------------------------------------------------ the trace
-    def trace(self, world: RunWorld, requests: Table | pd.DataFrame, end_us: int, seed: int) -> dict[str, Any]:
-        """The Chrome trace of the run: ``world`` as run, ``requests`` its request table (a column Table
-        or a DataFrame, requests.parquet's columns), ``end_us`` the end of the run."""
+    def trace(self, parts: Parts, requests: Table | pd.DataFrame, end_us: int, seed: int) -> dict[str, Any]:
+        """The Chrome trace of the run: ``parts`` its world as run, ``requests`` its request table (a column
+        Table or a DataFrame, requests.parquet's columns), ``end_us`` the end of the run."""
         out = _Events()
-        runtimes = world.runtimes
+        world = parts.world
+        runtimes = parts.replicas
         cluster_pid = 1 + len(world.instances) + len(runtimes)
-        self._instances(out, world)
+        self._instances(out, parts)
         for replica in runtimes:
             self._runtime(out, replica, end_us)
-        self._requests(out, world, requests, end_us, cluster_pid)
+        self._requests(out, parts, requests, end_us, cluster_pid)
         self._flows(out)
         self._front(out, cluster_pid)
         if cluster_pid in out.used():
-            name = "front and cells" if world.cells is not None else "cluster"
+            name = "front and cells" if _cells(parts) is not None else "cluster"
             out.process(cluster_pid, name, {FRONT_TID: "front router", SPILL_TID: "spill-over"})
         return {
             "displayTimeUnit": "ms",
@@ -153,9 +155,10 @@ class Timeline:
             "traceEvents": out.events(),
         }
 
-    def _instances(self, out: _Events, world: RunWorld) -> None:
+    def _instances(self, out: _Events, parts: Parts) -> None:
+        world = parts.world
         cell_of = {}
-        for c, cluster in enumerate(world.cells or ()):
+        for c, cluster in enumerate(_cells(parts) or ()):
             cell_of.update((inst.index, c) for inst in cluster.instances)
         for inst, pool in zip(world.instances, world.pool_of):
             pid = inst.index + 1
@@ -194,10 +197,10 @@ class Timeline:
                          f"{replica.pool.hardware.name})", threads, always=STEPS_TID)
 
     def _requests(
-        self, out: _Events, world: RunWorld, requests: Table | pd.DataFrame, end_us: int, cluster_pid: int
+        self, out: _Events, parts: Parts, requests: Table | pd.DataFrame, end_us: int, cluster_pid: int
     ) -> None:
         cols = _RequestColumns(requests)
-        winner = _hedge_winners(world)
+        winner = _hedge_winners(parts)
         kv = {t[0]: t for t in self.transfers}
         for row in range(len(cols)):
             rid, arrival, status = cols.ids[row], cols.arrival[row], cols.status[row]
@@ -356,10 +359,15 @@ class _RequestColumns:
         return len(self.ids)
 
 
-def _hedge_winners(world: RunWorld) -> dict[int, int]:
+def _cells(parts: Parts) -> list | None:
+    """The cells' clusters, None without a cell layer."""
+    return parts.clusters if "cells" in parts.features else None
+
+
+def _hedge_winners(parts: Parts) -> dict[int, int]:
     """Hedged requests: the id of the copy whose times the request carries (its own, or a copy's)."""
     out = {}
-    for hedger in world.hedgers:
+    for hedger in (cluster.hedger for cluster in parts.clusters if cluster.hedger is not None):
         for rid, group in hedger.groups.items():
             if group.winner >= 0:
                 out[rid] = group.copies[group.winner].request_id

@@ -15,16 +15,16 @@ if TYPE_CHECKING:
     from distsim.cells.fleet import Fleet
 
 
-def measure_cells(fleet: Fleet, requests: pd.DataFrame, instances: pd.DataFrame, summary: dict[str, Any]) -> pd.DataFrame:
-    """Add the cell columns to ``requests`` and ``instances`` and the ``cells`` section to ``summary``
-    (in place), and return the per-cell table (a run without cells gets none of them)."""
+def measure_cells(fleet: Fleet, requests: pd.DataFrame, instances: pd.DataFrame, span_s: float) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Add the cell columns to ``requests`` and ``instances`` (in place); return summary.json's ``cells``
+    section and the per-cell table (a run without cells gets none of them)."""
     ids = np.frombuffer(fleet.record_ids, dtype=np.int64)
     cells = np.frombuffer(fleet.record_cells, dtype=np.int64)[np.argsort(ids, kind="stable")]
     requests.insert(requests.columns.get_loc("prefill_instance") + 1, "cell", cells)  # the table is in id order
     instances.insert(1, "cell", np.repeat(np.arange(len(fleet.cells)), [len(c.instances) for c in fleet.cells]))
-    table = cell_table(fleet, requests, instances, summary["_derived"]["span_s"])
+    table = cell_table(fleet, requests, instances, span_s)
     routed = table["routed"].to_numpy()
-    summary["cells"] = {
+    section = {
         "count": len(fleet.cells),
         "front_policy": fleet.settings.front_policy,
         "instances_per_cell": int(table["instances"].iloc[0]),
@@ -34,7 +34,7 @@ def measure_cells(fleet: Fleet, requests: pd.DataFrame, instances: pd.DataFrame,
         "summaries": fleet.directory.summaries,
         "per_cell": json_records(table),  # a list: results.parquet keeps it as one JSON column
     }
-    return table
+    return section, table
 
 
 def json_records(table: pd.DataFrame) -> list[dict[str, object]]:

@@ -15,10 +15,10 @@ from distsim.metrics.columns import Table
 from distsim.metrics.summary import rnd
 
 if TYPE_CHECKING:
-    from distsim.metrics.tables import RunWorld
+    from distsim.protocols import World
 
 
-def mig_summary(cluster: RunWorld, instances: Table) -> dict[str, Any]:
+def mig_summary(cluster: World, instances: Table) -> dict[str, Any]:
     """The fleet's packing (GPUs, instances and KV tokens per GPU) and each sliced pool's."""
     sliced = instances["mig_profile"] != ""
     whole_gpus = int(instances["gpus"][~sliced].sum())

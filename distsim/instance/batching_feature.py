@@ -1,4 +1,4 @@
-"""instances.parquet's windowed prefill batching columns (distsim/instance/batching.py).
+"""Windowed prefill batching (distsim/instance/batching.py) as a run's feature: its instances.parquet columns.
 
 Present only when some instance batches with a window, so outputs without the option keep their
 columns (and their golden digests); an instance that does not batch has zeros.
@@ -9,8 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from distsim.feature import Feature, Measures
+
 if TYPE_CHECKING:
     from distsim.instance.instance import Instance
+
+
+class PrefillBatchingFeature(Feature):
+    name = "prefill_batching"
+
+    def instance_columns(self, m: Measures) -> None:
+        for name, values in batching_columns(m.parts.world.instances).items():
+            m.instances.add(name, values, "float64" if name.endswith("_ms") else "int64")
 
 
 def batching_columns(instances: Sequence[Instance]) -> dict[str, list]:
