@@ -23,6 +23,7 @@ any package may hold a feature.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -51,6 +52,7 @@ class Parts:
     runtimes: tuple = ()  # distsim.runtime.settings.RuntimePoolSpec
     typed: bool = False  # request types in play
     sim: Any = None  # distsim.config.settings.SimSettings
+    settings: Mapping[str, Any] = field(default_factory=dict)  # a feature's own settings, by its name (distsim.world.Entry)
     instance_cls: type | None = None  # the engines' class (None: distsim.instance.instance.Instance)
     recorder_cls: type | None = None  # the recorder's class, when a feature needs its own (request types)
     world: Any = None  # the world as the run sees it (distsim.protocols.World)

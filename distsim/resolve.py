@@ -16,8 +16,8 @@ then builds the world from the scenario.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from distsim.cells import settings as cells_settings
@@ -31,6 +31,7 @@ from distsim.request import Request
 from distsim.signals import settings as signal_settings
 from distsim.workload.settings import slo_defaults
 from distsim.world import check as check_features
+from distsim.world import settings_of as feature_settings
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -58,6 +59,7 @@ class Scenario:
     cells: CellSettings = CellSettings()  # the cell layer (count 1: none)
     runtimes: tuple[RuntimePoolSpec, ...] = ()  # batching-runtime pools (none: LLM only)
     typed: bool = False  # request types in play (workload.mix, or typed requests given): type columns and summary
+    features: Mapping[str, object] = field(default_factory=dict)  # the settings of features that resolve their own, by name
 
     @property
     def seed(self) -> int:
@@ -99,7 +101,8 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
         from distsim.runtime.checks import check_types
 
         typed = check_types(requests, runtimes, pools, cells)
-    scenario = Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells, runtimes, typed)
+    scenario = Scenario(pools, requests, policy, signals, transfer, frontend, fitness, sim, slo, cells, runtimes, typed,
+                        feature_settings(cfg))
     check_features(scenario)  # each feature the config names refuses what it cannot compose with
     return scenario
 

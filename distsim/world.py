@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from distsim.cluster.build import build_cluster
 from distsim.events.loop import EventLoop
@@ -22,6 +22,8 @@ from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
 
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from distsim.cells.settings import CellSettings
     from distsim.cluster.pools import PoolSpec
     from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
@@ -33,15 +35,26 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered feature: its name, its class as "module:Class", and whether ``parts`` name it."""
+    """A registered feature: its name, its class as "module:Class", and whether ``parts`` name it. A feature
+    whose settings live only in its own package names their resolver as "module:function" (``settings``:
+    called with the composed config, it returns the frozen settings, or None when the config leaves the
+    feature off); it is then on when its settings are (``wanted`` may be left out)."""
 
     name: str
     where: str
-    wanted: Callable[[Parts], bool]
+    wanted: Callable[[Parts], bool] | None = None
+    settings: str = ""
 
     def load(self) -> type[Feature]:
-        module, cls = self.where.split(":")
-        return getattr(importlib.import_module(module), cls)
+        return _named(self.where)
+
+    def on(self, parts: Parts) -> bool:
+        return self.name in parts.settings if self.wanted is None else self.wanted(parts)
+
+
+def _named(where: str) -> Any:
+    module, name = where.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _autoscaled(parts: Parts) -> bool:
@@ -66,7 +79,19 @@ FEATURES: tuple[Entry, ...] = (
 def named(parts: Parts, only: Iterable[str] | None = None) -> list[Entry]:
     """The registered features ``parts`` name (of ``only``, if given), in registry order."""
     keep = None if only is None else set(only)
-    return [e for e in FEATURES if (keep is None or e.name in keep) and e.wanted(parts)]
+    return [e for e in FEATURES if (keep is None or e.name in keep) and e.on(parts)]
+
+
+def settings_of(cfg: DictConfig) -> dict[str, Any]:
+    """The settings of the registered features that resolve their own (``Entry.settings``), by name, for
+    those the config turns on."""
+    found = {}
+    for entry in FEATURES:
+        if entry.settings:
+            settings = _named(entry.settings)(cfg)
+            if settings is not None:
+                found[entry.name] = settings
+    return found
 
 
 def parts_of(scenario: Scenario, loop: EventLoop) -> Parts:
@@ -75,7 +100,7 @@ def parts_of(scenario: Scenario, loop: EventLoop) -> Parts:
     return Parts(
         scenario.pools, scenario.policy, scenario.signals, scenario.transfer, scenario.slo, scenario.frontend, loop,
         None, seed=sim.seed, fast_forward=sim.fast_forward, cells=scenario.cells, runtimes=scenario.runtimes,
-        typed=scenario.typed, sim=sim,
+        typed=scenario.typed, sim=sim, settings=scenario.features,
     )
 
 
