@@ -60,6 +60,14 @@ class Parts:
     replicas: list = field(default_factory=list)  # the batching runtimes' replicas, in global order
     features: dict[str, Feature] = field(default_factory=dict)  # the run's features by name, in registry order
 
+    def check_invariants(self) -> Any:
+        """The world's invariants, then each feature's own (raising SimulationError); what the world returns
+        (a cluster's: where each request in flight is)."""
+        places = self.world.check_invariants()
+        for feature in self.features.values():
+            feature.check_invariants()
+        return places
+
 
 @dataclass
 class Measures:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from distsim.cluster.cluster import ClusterListener
 from distsim.errors import ConfigError
 from distsim.feature import Feature, Measures, Parts
 
 if TYPE_CHECKING:
+    from distsim.request import Request
     from distsim.resolve import Scenario
+    from distsim.timeline.trace import Timeline
 
 
 class HedgingFeature(Feature):
@@ -36,7 +39,12 @@ class HedgingFeature(Feature):
             raise ConfigError("policy.hedge", "hedging needs at least two instances to copy a request to")
 
     def attach(self, parts: Parts) -> None:
+        """With a timeline, each copy's flow is written into it as the copy is sent."""
         self.parts = parts
+        timeline = parts.features.get("timeline")
+        if timeline is not None:
+            for cluster in parts.clusters:
+                cluster.listeners.append(HedgeTrace(timeline.timeline))
 
     @property
     def hedgers(self) -> list:
@@ -47,3 +55,18 @@ class HedgingFeature(Feature):
         from distsim.hedging.report import add_hedging
 
         return add_hedging(m.table, m.instances, self.hedgers, m.parts.world.instances)
+
+
+class HedgeTrace(ClusterListener):
+    """Hedging's records in the timeline: a flow per copy, from the instance of the request's first copy to
+    the copy's, at the hedge."""
+
+    def __init__(self, timeline: Timeline):
+        self.timeline = timeline
+
+    def hedged(self, now: int, req: Request, copy: Request, source: int, target: int) -> None:
+        if self.timeline.inside(now):
+            rid, cid = req.request_id, copy.request_id
+            self.timeline.flow("hedging", "hedge", "hedge", source, target, now, now,
+                               {"request": rid, "copy": cid, "to_instance": target},
+                               {"request": rid, "copy": cid, "from_instance": source})

@@ -22,8 +22,10 @@ are the simulator's own integer microseconds (``ts``, ``dur``). What it holds:
 - **Flows** (``bind_id`` with ``flow_out`` / ``flow_in``, the trace format's flow binding) between
   zero-length marker slices on the instances' thread ``transfers``: one per KV transfer (P/D), from the
   prefill instance when the KV leaves to the decode instance when it lands (args: bytes, transfer_us);
-  one per hedge copy, from the instance of the request's first copy to the copy's, at the hedge.
-- **Cells**: the front router's picks and spill-overs as instant events (``i``) on the ``cluster`` process.
+  one per hedge copy, from the instance of the request's first copy to the copy's, at the hedge (written
+  by hedging's feature as the copy is sent: distsim.hedging.feature).
+- **Cells**: the front router's picks and spill-overs as instant events (``i``) on the ``cluster`` process
+  (written by the cells' feature as the front acts: distsim.cells.feature).
 - **Batching-runtime replicas**: one process each, their batches as slices, one thread per concurrency
   slot in use.
 
@@ -31,8 +33,8 @@ The window (``sim.timeline_start_s``, ``sim.timeline_end_s``: distsim.metrics.se
 overlaps ``[start, end)``: slices and requests that cross an edge are kept whole, instants and flows by
 their start. Steps outside it are never stored, so a long run with a short window costs little memory.
 
-The timeline listens (distsim.instance.observed, the cluster's and the fleet's ``listeners``) and reads;
-it never changes the simulation (tests/test_timeline.py: identical outputs with and without).
+The timeline listens (distsim.instance.observed, the cluster's ``listeners``) and reads; a feature writes
+its own records into it where it acts (``flow``, ``instant``); it never changes the simulation (tests/test_timeline.py: identical outputs with and without).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from distsim.cluster.cluster import ClusterListener
 from distsim.metrics.settings import TimelineWindow
 from distsim.request import Request
 
@@ -57,11 +60,10 @@ if TYPE_CHECKING:
 
 STEPS_TID = 1  # an instance's steps
 MARKS_TID = 2  # an instance's flow markers (KV transfers, hedges)
-FRONT_TID, SPILL_TID = 1, 2  # the cluster process: the front router's picks, spill-overs
 FAST_FORWARD_NOTE = "a fast-forwarded run of decode steps is one slice; args.steps counts its steps"
 
 
-class Timeline:
+class Timeline(ClusterListener):
     """Collects the schedule while the run goes on, and makes the trace at its end (:meth:`trace`)."""
 
     def __init__(self, window: TimelineWindow):
@@ -71,19 +73,18 @@ class Timeline:
         self.steps: dict[int, list[tuple[int, ...]]] = defaultdict(list)
         self.handoffs: dict[int, int] = {}  # P/D: request (or copy) id -> when its prompt was computed
         self.transfers: list[tuple[int, int, int, int, int, float]] = []  # (id, prefill, decode, start, us, bytes)
-        self.hedges: list[tuple[int, int, int, int, int]] = []  # (time, request id, copy id, from, to)
-        self.front: list[tuple[int, int, int, int]] = []  # (time, request id, from cell (-1: the front), to cell)
+        # what the features write where they act (distsim.hedging.feature's copies, distsim.cells.feature's
+        # picks): by feature, in the order the features attached; a flow's two markers, or an instant
+        self.records: dict[str, list[tuple[dict, ...]]] = {}
+        self.cluster_threads: dict[int, str] = {}  # the cluster process's threads the features' instants use
 
     def attach(self, parts: Parts) -> None:
         """Listen to the world of ``parts`` (a cluster or a fleet of cells, built with ObservedInstance engines)."""
         world = parts.world
         for inst in world.instances:
             inst.step_listeners.append(self.step)
-        cells = _cells(parts)
         for cluster in parts.clusters:
             cluster.listeners.append(self)
-        if cells is not None:
-            world.listeners.append(self)
 
     def _overlaps(self, begin: int, end: int) -> bool:
         return end > self.start_us and begin < self.stop_us
@@ -113,17 +114,22 @@ class Timeline:
     def kv_transfer(self, req: Request, start_us: int, duration_us: int, nbytes: float) -> None:
         self.transfers.append((req.request_id, req.prefill_instance, req.instance, start_us, duration_us, nbytes))
 
-    def hedged(self, now: int, req: Request, copy: Request, source: int, target: int) -> None:
-        if self._inside(now):
-            self.hedges.append((now, req.request_id, copy.request_id, source, target))
+    # ------------------------------------------------------------------ what the features write
+    def inside(self, t: int) -> bool:
+        """Whether an instant at ``t`` is kept (the window keeps instants and flows by their start)."""
+        return self._inside(t)
 
-    def front_routed(self, now: int, req: Request, cell: int) -> None:
-        if self._inside(now):
-            self.front.append((now, req.request_id, -1, cell))
+    def flow(self, owner: str, cat: str, label: str, src: int, dst: int, t_out: int, t_in: int, args_out: dict,
+             args_in: dict) -> None:
+        """``owner``'s flow from instance ``src`` at ``t_out`` to instance ``dst`` at ``t_in``: two markers on
+        the instances' ``transfers`` threads (their binding numbered when the trace is made)."""
+        self.records.setdefault(owner, []).append(_markers(cat, label, src, dst, t_out, t_in, args_out, args_in))
 
-    def spilled(self, now: int, req: Request, cell: int, target: int) -> None:
-        if self._inside(now):
-            self.front.append((now, req.request_id, cell, target))
+    def instant(self, owner: str, name: str, cat: str, ts: int, tid: int, thread: str, args: dict) -> None:
+        """``owner``'s instant event on the cluster process's thread ``tid`` (named ``thread``)."""
+        self.cluster_threads[tid] = thread
+        event = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": -1, "tid": tid, "args": args}
+        self.records.setdefault(owner, []).append((event,))
 
     # ------------------------------------------------------------------ the trace
     def trace(self, parts: Parts, requests: Table | pd.DataFrame, end_us: int, seed: int) -> dict[str, Any]:
@@ -138,10 +144,15 @@ class Timeline:
             self._runtime(out, replica, end_us)
         self._requests(out, parts, requests, end_us, cluster_pid)
         self._flows(out)
-        self._front(out, cluster_pid)
+        for records in self.records.values():
+            for record in records:
+                if len(record) == 2:
+                    out.bind(record)
+                else:
+                    out.add({**record[0], "pid": cluster_pid})
         if cluster_pid in out.used():
             name = "front and cells" if _cells(parts) is not None else "cluster"
-            out.process(cluster_pid, name, {FRONT_TID: "front router", SPILL_TID: "spill-over"})
+            out.process(cluster_pid, name, self.cluster_threads)
         return {
             "displayTimeUnit": "ms",
             "otherData": {
@@ -248,21 +259,21 @@ class Timeline:
     def _flows(self, out: _Events) -> None:
         for rid, src, dst, start, dur, nbytes in self.transfers:
             if self._inside(start):
-                out.flow("kv_transfer", "KV", src, dst, start, start + dur,
-                         {"request": rid, "to_instance": dst, "bytes": int(nbytes), "transfer_us": dur},
-                         {"request": rid, "from_instance": src, "bytes": int(nbytes), "transfer_us": dur})
-        for now, rid, copy, src, dst in self.hedges:
-            out.flow("hedge", "hedge", src, dst, now, now, {"request": rid, "copy": copy, "to_instance": dst},
-                     {"request": rid, "copy": copy, "from_instance": src})
+                out.bind(_markers("kv_transfer", "KV", src, dst, start, start + dur,
+                                  {"request": rid, "to_instance": dst, "bytes": int(nbytes), "transfer_us": dur},
+                                  {"request": rid, "from_instance": src, "bytes": int(nbytes), "transfer_us": dur}))
 
-    def _front(self, out: _Events, pid: int) -> None:
-        for now, rid, cell, target in self.front:
-            if cell < 0:
-                out.add({"name": f"route to cell {target}", "cat": "front", "ph": "i", "s": "t", "ts": now, "pid": pid,
-                         "tid": FRONT_TID, "args": {"request": rid, "cell": target}})
-            else:
-                out.add({"name": f"spill cell {cell} to {target}", "cat": "front", "ph": "i", "s": "t", "ts": now,
-                         "pid": pid, "tid": SPILL_TID, "args": {"request": rid, "from_cell": cell, "to_cell": target}})
+
+def _markers(cat: str, label: str, src: int, dst: int, t_out: int, t_in: int, args_out: dict, args_in: dict
+             ) -> tuple[dict, dict]:
+    """A flow's two zero-length markers, from instance ``src`` at ``t_out`` to instance ``dst`` at ``t_in``
+    (``bind_id`` set by _Events.bind)."""
+    return tuple(  # type: ignore[return-value]
+        {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": 0, "pid": pid, "tid": MARKS_TID, "bind_id": 0, key: True,
+         "args": args}
+        for pid, ts, name, args, key in ((src + 1, t_out, f"{label} out", args_out, "flow_out"),
+                                         (dst + 1, t_in, f"{label} in", args_in, "flow_in"))
+    )
 
 
 class _Events:
@@ -315,13 +326,12 @@ class _Events:
                 timed.append((t1, 0, {"name": phase, "ph": "e", "ts": t1, "cat": "request", "id": rid, "pid": pid, "tid": 0}))
         timed.append((end, 0, {"name": name, "ph": "e", "ts": end, "cat": "request", "id": rid, "pid": pid, "tid": 0}))
 
-    def flow(self, cat: str, label: str, src: int, dst: int, t_out: int, t_in: int, args_out: dict, args_in: dict) -> None:
-        """A flow from instance ``src`` at ``t_out`` to instance ``dst`` at ``t_in``, bound to two markers."""
+    def bind(self, markers: tuple[dict, ...]) -> None:
+        """A flow's markers, bound by the next flow number."""
         self._flows += 1
-        for pid, ts, name, args, key in ((src + 1, t_out, f"{label} out", args_out, "flow_out"),
-                                         (dst + 1, t_in, f"{label} in", args_in, "flow_in")):
-            self.add({"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": 0, "pid": pid, "tid": MARKS_TID,
-                      "bind_id": self._flows, key: True, "args": args})
+        for marker in markers:
+            marker["bind_id"] = self._flows
+            self.add(marker)
 
     def events(self) -> list[dict]:
         timed = sorted(self._timed, key=lambda e: (e[0], e[1]))  # stable: the order added within a time
