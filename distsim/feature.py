@@ -17,20 +17,15 @@ here, so a feature writes only those it needs):
 - ``check_invariants``: raises SimulationError.
 
 A feature's object lives for one run; the builder hands each the same :class:`Parts` and the metrics the
-same :class:`Measures`. The module sits at the bottom of the import order (its types are only named), so
-any package may hold a feature.
+same :class:`Measures`. The module sits at the bottom of the import order and imports nothing of distsim,
+not even for types (a field's comment names its type), so any package may hold a feature.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from distsim.events.loop import EventLoop
+from typing import Any, ClassVar
 
 
 @dataclass
@@ -44,7 +39,7 @@ class Parts:
     transfer: Any
     slo: Any
     frontend: Any
-    loop: EventLoop
+    loop: Any  # distsim.events.loop.EventLoop
     recorder: Any  # distsim.metrics.recorder.Recorder (a feature may choose its class in ``prepare``)
     seed: int = 0
     fast_forward: bool = True
@@ -100,16 +95,18 @@ class Feature:
     def attach(self, parts: Parts) -> None:
         """The world is built: listen to it, wrap it (set ``parts.world``), add to it."""
 
-    def run(self, loop: EventLoop) -> int | None:
+    def run(self, loop: Any) -> int | None:
         """Run the event loop to its end and return the final time, or None to leave it to the run."""
         return None
 
-    def billing(self, start_us: int, end_us: int) -> np.ndarray | None:
-        """Seconds each instance is billed within the span, or None: the whole span for every one."""
+    def billing(self, start_us: int, end_us: int) -> Any:
+        """Seconds each instance is billed within the span (a numpy array by instance number), or None: the
+        whole span for every one."""
         return None
 
-    def summarize(self, m: Measures, billed_s: np.ndarray | None) -> dict[str, Any] | None:
-        """The whole summary made this feature's way (setting the measured span), or None."""
+    def summarize(self, m: Measures, bill: Any) -> dict[str, Any] | None:
+        """The whole summary made this feature's way (setting the measured span; ``bill(start_us, stop_us)``
+        gives what ``billing`` does), or None."""
         return None
 
     def instance_columns(self, m: Measures) -> None:

@@ -5,6 +5,7 @@ with every feature the config names attached (distsim.feature).
 in the order the features attach and report (summary.json's sections follow it). A feature's module is
 imported only when the run names it, so a run pays nothing for the features it leaves off. A new
 cluster-level feature is its own package (its settings, its feature class, its report) plus a line here.
+A scenario (distsim.resolve.Scenario, the layer above) is only read here, so it is typed ``Any``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from distsim.cluster.pools import PoolSpec
     from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
     from distsim.protocols import World
-    from distsim.resolve import Scenario
     from distsim.signals.settings import SignalSettings
     from distsim.workload.settings import SloDefaults
 
@@ -94,7 +94,7 @@ def settings_of(cfg: DictConfig) -> dict[str, Any]:
     return found
 
 
-def parts_of(scenario: Scenario, loop: EventLoop) -> Parts:
+def parts_of(scenario: Any, loop: EventLoop) -> Parts:
     """The parts of a run's world, from its resolved scenario."""
     sim = scenario.sim
     return Parts(
@@ -104,7 +104,7 @@ def parts_of(scenario: Scenario, loop: EventLoop) -> Parts:
     )
 
 
-def check(scenario: Scenario) -> None:
+def check(scenario: Any) -> None:
     """Each named feature's own checks of the scenario (``check(scenario)`` on its class, where it has one):
     the combinations it cannot compose with are refused there, naming the key."""
     parts = parts_of(scenario, EventLoop(None))
@@ -114,7 +114,7 @@ def check(scenario: Scenario) -> None:
             own(scenario)
 
 
-def build(scenario: Scenario, loop: EventLoop, *, only: Iterable[str] | None = None) -> Parts:
+def build(scenario: Any, loop: EventLoop, *, only: Iterable[str] | None = None) -> Parts:
     """The world ``scenario`` describes, on ``loop``, with its features (of ``only``, if given) attached."""
     return assemble(parts_of(scenario, loop), only)
 

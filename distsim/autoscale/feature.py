@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from distsim.autoscale.controller import Autoscaler
-    from distsim.resolve import Scenario
 
 
 class AutoscaleFeature(Feature):
@@ -24,7 +23,7 @@ class AutoscaleFeature(Feature):
         self.parts: Parts | None = None
 
     @staticmethod
-    def check(scenario: Scenario) -> None:
+    def check(scenario: Any) -> None:
         """Not composed with cells: each cell's share of a pool would scale on its own. Refused, naming the key.
         (A measurement window is fine: distsim.metrics.window bills the replicas within it.)"""
         scaled = next((pool for pool in scenario.pools if pool.autoscale is not None), None)

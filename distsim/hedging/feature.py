@@ -12,7 +12,6 @@ from distsim.feature import Feature, Measures, Parts
 
 if TYPE_CHECKING:
     from distsim.request import Request
-    from distsim.resolve import Scenario
     from distsim.timeline.trace import Timeline
 
 
@@ -23,7 +22,7 @@ class HedgingFeature(Feature):
         self.parts: Parts | None = None
 
     @staticmethod
-    def check(scenario: Scenario) -> None:
+    def check(scenario: Any) -> None:
         """Hedging copies a request onto another instance of a mixed cluster: P/D is refused (a copy would
         need a pair of instances and a transfer to cancel), and one engine leaves nowhere to copy to. A delay
         in SLO fractions needs a finite TTFT SLO."""
