@@ -24,6 +24,7 @@ from distsim.cells import settings as cells_settings
 from distsim.cells.settings import CellSettings
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.pools import PoolSpec, resolve_pools
+from distsim.config.known_keys import check_known_keys
 from distsim.config.settings import SimSettings, sim_settings
 from distsim.errors import ConfigError, warn_config
 from distsim.metrics import settings as metrics_settings
@@ -69,6 +70,7 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
     ``requests`` replaces the configured workload (tests and validation feed exact request lists);
     the workload config is then not read.
     """
+    check_known_keys(cfg)  # a config composed elsewhere than load_config (a sweep's, the search's)
     sim = sim_settings(cfg)
     fitness = metrics_settings.fitness(cfg.fitness)
     signals = signal_settings.signals(cfg.signals)

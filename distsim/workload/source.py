@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import is_dataclass
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
+from distsim.config.nodes import merge_onto
 from distsim.errors import ConfigError, warn_config
 from distsim.workload import checks
 from distsim.workload.base import WorkloadSource
@@ -26,16 +26,12 @@ SourceBuilder = Callable[[DictConfig, int, int], WorkloadSource]  # (cfg, seed, 
 
 def as_config(cfg) -> DictConfig:
     """The workload node merged onto the schema, so every key exists and has the right type."""
-    try:
-        base = OmegaConf.structured(WorkloadConfig)
-        if cfg is None:
-            return base
-        if is_dataclass(cfg) or isinstance(cfg, dict):
-            cfg = OmegaConf.structured(cfg) if is_dataclass(cfg) else OmegaConf.create(cfg)
-        return OmegaConf.merge(base, cfg)
-    except OmegaConfBaseException as err:
-        key = getattr(err, "full_key", None) or "?"
-        raise ConfigError(f"workload.{key}", str(err).splitlines()[0]) from None
+    base = OmegaConf.structured(WorkloadConfig)
+    if cfg is None:
+        return base
+    if is_dataclass(cfg):
+        cfg = OmegaConf.structured(cfg)
+    return merge_onto(base, cfg, "workload")
 
 
 def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> WorkloadSource:
