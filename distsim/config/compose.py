@@ -12,6 +12,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from distsim.config import provenance
 from distsim.config.known_keys import check_known_keys
 from distsim.config.nodes import first_line, omegaconf_rule
 from distsim.config.schema import register_schemas
@@ -59,7 +60,7 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config") -> D
     except (HydraException, OmegaConfBaseException) as err:
         raise composition_error(err) from None
     check_known_keys(cfg)  # a key added with + where the schema is closed
-    return cfg
+    return provenance.mark(cfg, overrides)  # the keys the user set ("set but not used" warns only of those)
 
 
 # Overrides that could set hydra.mode (or bring in configs that do); any of them keeps Hydra's own lookup.

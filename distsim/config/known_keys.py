@@ -36,8 +36,10 @@ def check_known_keys(cfg: DictConfig) -> None:
         for name in node.keys():
             key = f"{path}.{name}" if path else str(name)
             if declared is not None and name not in declared:
-                known = ", ".join(str(n) for n in node.keys() if n in declared)
-                raise ConfigError(key, f"unknown key; known: {known}")
+                known = [str(n) for n in node.keys() if n in declared]
+                if not path and HYDRA not in known:  # as Hydra's own error lists it: hydra.* are keys too
+                    known.insert(0, HYDRA)
+                raise ConfigError(key, f"unknown key; known: {', '.join(known)}")
             child = node._get_node(name)
             if _is_container(child) and key != HYDRA:
                 todo.append((child, key))

@@ -15,6 +15,7 @@ from dataclasses import is_dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from distsim.config.nodes import merge_onto
+from distsim.config.provenance import user_set
 from distsim.errors import ConfigError, warn_config
 from distsim.workload import checks
 from distsim.workload.base import WorkloadSource
@@ -56,13 +57,15 @@ SYNTHETIC_ONLY = ("arrival", "input_tokens", "output_tokens", "sessions")
 def warn_other_kinds_keys(cfg) -> None:
     """Warn about keys only the other ``workload.kind`` reads, set although this kind ignores them: a trace
     option under ``synthetic`` each, the synthetic sections a trace ignores in one line (the schema's
-    defaults aside, so a shipped trace workload stays silent)."""
+    defaults and what the user did not set aside, so a shipped trace workload, or ``workload.kind=trace``
+    on the default workload, stays silent)."""
     schema = WorkloadConfig()
     if cfg.kind == "synthetic":
         reads = [name for name in cfg if name not in TRACE_ONLY]
         checks.warn_unread(cfg, "workload", reads, "workload.kind 'synthetic' does not use it", schema)
         return
-    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY if checks.is_set(cfg[name], getattr(schema, name))]
+    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY
+              if checks.is_set(cfg[name], getattr(schema, name)) and user_set(f"workload.{name}")]
     if unread:
         verb = "are" if len(unread) > 1 else "is"
         warn_config(
