@@ -12,7 +12,7 @@ import dataclasses
 import math
 from collections.abc import Collection, Mapping
 
-from distsim.config.provenance import user_set
+from distsim.config.provenance import user_set_within
 from distsim.errors import ConfigError, warn_config
 
 
@@ -104,7 +104,7 @@ def warn_unread(node: Mapping[str, object], key: str, reads: Collection[str], wh
         default = None
         if defaults is not None:
             default = defaults.get(name) if isinstance(defaults, dict) else getattr(defaults, name, None)
-        if name not in reads and is_set(value, default) and user_set(f"{key}.{name}"):
+        if name not in reads and is_set(value, default) and user_set_within(f"{key}.{name}"):
             warn_config(f"{key}.{name}", f"is set, but {why}")
 
 

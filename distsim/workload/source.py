@@ -15,7 +15,7 @@ from dataclasses import is_dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from distsim.config.nodes import merge_onto
-from distsim.config.provenance import user_set
+from distsim.config.provenance import user_set_within
 from distsim.errors import ConfigError, warn_config
 from distsim.workload import checks
 from distsim.workload.base import WorkloadSource
@@ -65,7 +65,7 @@ def warn_other_kinds_keys(cfg) -> None:
         checks.warn_unread(cfg, "workload", reads, "workload.kind 'synthetic' does not use it", schema)
         return
     unread = [f"workload.{name}" for name in SYNTHETIC_ONLY
-              if checks.is_set(cfg[name], getattr(schema, name)) and user_set(f"workload.{name}")]
+              if checks.is_set(cfg[name], getattr(schema, name)) and user_set_within(f"workload.{name}")]
     if unread:
         verb = "are" if len(unread) > 1 else "is"
         warn_config(
