@@ -16,10 +16,10 @@ from omegaconf import DictConfig
 
 from distsim import outputs
 from distsim.config.compose import CONF_DIR, skip_hydra_mode_compose
-from distsim.config.provenance import mark_from_hydra
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError, print_warnings_as_lines
 from distsim.hydra_entry import install as install_hydra_entry
+from distsim.provenance import mark_from_hydra
 from distsim.run_dir import exit_if_unwritable
 
 register_schemas()

@@ -20,11 +20,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from distsim import provenance
 from distsim.cells import settings as cells_settings
 from distsim.cells.settings import CellSettings
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.pools import PoolSpec, resolve_pools
-from distsim.config import provenance
 from distsim.config.known_keys import check_known_keys
 from distsim.config.settings import SimSettings, sim_settings
 from distsim.errors import ConfigError, warn_config

@@ -12,8 +12,8 @@ import dataclasses
 import math
 from collections.abc import Collection, Mapping
 
-from distsim.config.provenance import user_set_within
 from distsim.errors import ConfigError, warn_config
+from distsim.provenance import user_set_within
 
 
 def required(key: str, value, why: str):
@@ -97,7 +97,7 @@ def warn_unread(node: Mapping[str, object], key: str, reads: Collection[str], wh
     names in ``reads``): ``KEY.NAME: is set, but WHY``, e.g. why = "dist 'lognormal' does not use it".
 
     Set means not null or empty and not the schema's default (``defaults``: the dataclass or mapping the
-    node was built from; None: every default is null) and set by the user (distsim.config.provenance). A
+    node was built from; None: every default is null) and set by the user (distsim.provenance). A
     default is no one's setting: the default workload's lognormal lengths keep the schema's ``value: 512``
     beside ``mu`` and ``sigma``, unread; nor is a value inherited from a config the user did not choose."""
     for name, value in node.items():

@@ -58,7 +58,7 @@ def test_every_shipped_config_validates_without_a_warning():
 
 
 def test_the_search_config_and_its_families_validate_without_a_warning():
-    from distsim.config.provenance import mark
+    from distsim.provenance import mark
     from distsim.search.driver import check_scenarios, check_settings
 
     assert _warnings([], config_name="search") == []

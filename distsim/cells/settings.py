@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from distsim.cells.registry import FRONTS
-from distsim.config.provenance import user_set_within
 from distsim.errors import ConfigError, warn_config
+from distsim.provenance import user_set_within
 from distsim.validators import integer, ms_to_us, non_negative, positive
 
 if TYPE_CHECKING:

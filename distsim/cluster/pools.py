@@ -12,11 +12,11 @@ from distsim.autoscale.settings import resolve_autoscale
 from distsim.cluster import checks
 from distsim.cluster.footprint import check_instances_fit
 from distsim.cluster.mig import check_fits, place_pools, refuse_with_cells, resolve_mig
-from distsim.config.nodes import merge_onto
 from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
+from distsim.typed_merge import merge_onto
 
 if TYPE_CHECKING:
     from distsim.autoscale.settings import AutoscaleSettings

@@ -12,11 +12,11 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from distsim.config import provenance
+from distsim import provenance
 from distsim.config.known_keys import check_known_keys
-from distsim.config.nodes import first_line, omegaconf_rule
 from distsim.config.schema import register_schemas
 from distsim.errors import ConfigError, UserError
+from distsim.typed_merge import first_line, omegaconf_rule
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 

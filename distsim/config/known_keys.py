@@ -4,7 +4,7 @@ Why: Hydra's ``+key=value`` adds a key even where the schema is closed (a datacl
 as ``+cluster.engine.enable_prefix_cache=false`` used to be carried along and never read, where the same key
 without ``+`` is refused. The sections the schema leaves open (mappings: ``workload.types``, ``search.train``,
 ``fitness.weights``, a pool's ``engine``) still take new keys, each checked by its reader (a pool's engine
-and latency by :func:`distsim.config.nodes.merge_onto`).
+and latency by :func:`distsim.typed_merge.merge_onto`).
 """
 
 from __future__ import annotations

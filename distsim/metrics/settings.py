@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from distsim.config.provenance import user_set
 from distsim.errors import ConfigError, warn_config
 from distsim.metrics.fitness import FITNESS, check_fitness
+from distsim.provenance import user_set
 from distsim.validators import number, warn_unread
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf, flag_override
 
-from distsim.config import provenance
+from distsim import provenance
 from distsim.config.compose import composition_error
 from distsim.errors import UserError
 from distsim.runner.overrides import texts

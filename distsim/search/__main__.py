@@ -14,10 +14,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from distsim.config.compose import CONF_DIR
-from distsim.config.provenance import mark, mark_from_hydra
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError
 from distsim.hydra_entry import install as install_hydra_entry
+from distsim.provenance import mark, mark_from_hydra
 from distsim.run_dir import exit_if_unwritable
 
 register_schemas()

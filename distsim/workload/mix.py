@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from distsim.config.nodes import merge_onto
 from distsim.errors import ConfigError
 from distsim.events.rng import stream
 from distsim.request import Request, new_typed_request
+from distsim.typed_merge import merge_onto
 from distsim.workload import checks
 from distsim.workload.base import WorkloadSource
 from distsim.workload.lengths import Buffered, Sampler

@@ -14,9 +14,9 @@ from dataclasses import is_dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-from distsim.config.nodes import merge_onto
-from distsim.config.provenance import user_set_within
 from distsim.errors import ConfigError, warn_config
+from distsim.provenance import user_set_within
+from distsim.typed_merge import merge_onto
 from distsim.workload import checks
 from distsim.workload.base import WorkloadSource
 from distsim.workload.kinds import KINDS

@@ -25,10 +25,10 @@ _KEYS: ContextVar[frozenset[str] | None] = ContextVar("distsim_user_set_keys", d
 
 def mark(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """Flag the nodes of ``cfg`` that ``overrides`` (command-line overrides, as composed) set; returns ``cfg``."""
-    from distsim.runner.overrides import parse
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     cfg._set_flag(_FLAG, False)
-    for parsed in parse(list(overrides)):
+    for parsed in OverridesParser.create().parse_overrides(list(overrides)):  # composed already: they parse
         if parsed.is_delete():
             continue
         path = (parsed.package or parsed.key_or_group).replace("/", ".")
