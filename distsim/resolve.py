@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from distsim import provenance
 from distsim.cells import settings as cells_settings
 from distsim.cells.settings import CellSettings
 from distsim.cluster import settings as cluster_settings
@@ -29,6 +28,7 @@ from distsim.config.known_keys import check_known_keys
 from distsim.config.settings import SimSettings, sim_settings
 from distsim.errors import ConfigError, warn_config
 from distsim.metrics import settings as metrics_settings
+from distsim.provenance import scope as provenance_scope
 from distsim.request import Request
 from distsim.signals import settings as signal_settings
 from distsim.workload.settings import slo_defaults
@@ -72,7 +72,7 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
     the workload config is then not read.
     """
     check_known_keys(cfg)  # a config composed elsewhere than load_config (a sweep's, the search's)
-    with provenance.scope(cfg):  # "set but not used" warnings: only for keys the user set
+    with provenance_scope(cfg):  # "set but not used" warnings: only for keys the user set
         return _resolve(cfg, requests)
 
 

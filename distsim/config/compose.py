@@ -12,10 +12,10 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from distsim import provenance
 from distsim.config.known_keys import check_known_keys
 from distsim.config.schema import register_schemas
 from distsim.errors import ConfigError, UserError
+from distsim.provenance import mark as mark_user_set
 from distsim.typed_merge import first_line, omegaconf_rule
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -60,7 +60,7 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config") -> D
     except (HydraException, OmegaConfBaseException) as err:
         raise composition_error(err) from None
     check_known_keys(cfg)  # a key added with + where the schema is closed
-    return provenance.mark(cfg, overrides)  # the keys the user set ("set but not used" warns only of those)
+    return mark_user_set(cfg, overrides)  # the keys the user set ("set but not used" warns only of those)
 
 
 # Overrides that could set hydra.mode (or bring in configs that do); any of them keeps Hydra's own lookup.
