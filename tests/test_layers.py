@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # output: the ground every layer stands on
     ("base", ("distsim.errors", "distsim.registry", "distsim.validators", "distsim.request", "distsim.inputs",
               "distsim.outputs", "distsim.run_dir", "distsim.report_table", "distsim.metrics.columns",
-              "distsim.protocols", "distsim.feature")),  # what the world, a replica, a signal source and a feature offer
+              "distsim.protocols", "distsim.feature",  # what the world, a replica, a signal source and a feature offer
+              "distsim.provenance", "distsim.typed_merge")),  # the keys the user set; a user's mapping on a typed node
     # the features' config schemas and the registries whose members' parameters become keys; the autoscale node's
     # settings, which every pool's resolution (distsim.cluster.pools) checks
     ("schema", ("distsim.workload.schema", "distsim.runtime.schema", "distsim.autoscale.schema",
