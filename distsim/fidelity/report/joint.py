@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from distsim.fidelity.report.issue24 import _pct, _signed
+from distsim.fidelity.report.model import _pct, _signed
 
 JOINTFIT = Path("docs") / "data" / "h100_jointfit.json"
 
