@@ -8,6 +8,14 @@ replaying the runs and minimising the simulated-vs-measured error (distsim.fidel
 a latency profile that ``cluster.latency.profile=PATH`` (or a shipped NAME) loads. Arguments with
 ``=`` are simulator overrides, applied to every run.
 
+One command for the calibration pipeline, by subcommand (each the module named, same arguments):
+
+    python -m distsim.calibrate steps FOLDER ...      # the kernels on step tables (distsim.fidelity.steps)
+    python -m distsim.calibrate runs FOLDER ...       # the serving and front-end terms on a suite of runs,
+                                                      # the kernels frozen (distsim.fidelity.runfit)
+    python -m distsim.calibrate residuals FOLDER ...  # where each run's error sits (distsim.fidelity.residuals)
+    python -m distsim.calibrate validate RUN ...      # one run against the simulator (distsim.validate)
+
 ``python -m distsim.calibrate --suite FOLDER [--params KEY=LOW:HIGH[:log],...] [--leave-one-model-out]``
 fits ONE set of config values over every run of a suite folder (``../shared/data/h100_vllm_runs``
 layout: per-stage aggregates, no per-request data), each model weighing the same, and writes
@@ -153,13 +161,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subcommands() -> dict[str, object]:
+    from distsim import validate
+    from distsim.fidelity import residuals, runfit
+    from distsim.fidelity.steps import cli as steps
+
+    return {"steps": steps.main, "runs": runfit.main, "residuals": residuals.main, "validate": validate.main}
+
+
+SUBCOMMANDS = ("steps", "runs", "residuals", "validate")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:  # the pipeline's steps (module docstring)
+        return _subcommands()[argv[0]](argv[1:])
     parser = _parser()
     ns = parser.parse_intermixed_args(argv)
     overrides = [a for a in ns.args if "=" in a]
     paths = [a for a in ns.args if "=" not in a]
     multifit_cli.check(parser, ns, paths)
-    command = "python -m distsim.calibrate " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
+    command = "python -m distsim.calibrate " + shlex.join(argv)
     if ns.suite is not None:
         return multifit_cli.run(ns, overrides, command)
     if not paths:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +166,12 @@ def test_instances_and_the_timeline_show_the_serving_terms(tmp_path):
     assert steps and all({"padding_us", "eager_us", "collectives_us", "sampler_us", "host_us"} <= set(e["args"]) for e in steps)
     off = simulate(load_config([*SMALL_TP2, "cluster.latency.serving.cuda_graphs=false"])).instances
     assert (off["padding_ms"] == 0).all()
+
+
+def test_the_calibration_pipeline_is_one_command(capsys):
+    from distsim.calibrate import main as calibrate_main
+
+    runs = str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_vllm_runs")
+    assert calibrate_main(["residuals", runs, "--runs", "62"]) == 0
+    out = capsys.readouterr().out
+    assert "| 62 | Mistral-Nemo-Instruct-2407 | 2 |" in out and "collectives" in out
