@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from distsim import load_config, simulate
 from distsim.catalog import load_hardware, load_model
@@ -139,6 +140,22 @@ def test_paged_kv_reads_cost_the_factor_in_serving_and_not_in_the_kernels():
     kv = 16 * 4000 * LLAMA.kv_bytes_per_token_per_gpu(1) / (H100.hbm_bw_tbps * 1e6) / DEFAULTS.memory_efficiency
     assert paged.breakdown(shape)["paged_kv_us"] == pytest.approx(0.5 * kv, rel=1e-9)  # KV-bound: half the read again
     assert paged.step_us(shape) - base.step_us(shape) in range(int(0.5 * kv) - 1, int(0.5 * kv) + 2)
+
+
+def test_the_sampling_path_picks_its_measured_terms_unless_they_are_set():
+    from distsim.instance.latency.build import build_latency_model
+    from distsim.instance.latency.serving import SAMPLERS
+
+    ctx = LatencyContext(LLAMA, H100, 1)
+    built = lambda **node: build_latency_model(OmegaConf.create({"kind": "roofline3", **node}), ctx)  # noqa: E731
+    assert built().coefficients.sampler_call_us == SAMPLERS["temperature"][0] == DEFAULTS.sampler_call_us
+    top = built(serving={"sampler": "top_k_top_p"}).coefficients
+    assert (top.sampler_call_us, top.sampler_bytes_per_logit, top.sampler_extra_rows) == SAMPLERS["top_k_top_p"]
+    assert built(serving={"sampler": "greedy"}, sampler_call_us=1.0).coefficients.sampler_call_us == 1.0
+    sort = built(serving={"sampler": "top_k_top_p"}).breakdown(decode(16))["sampler_us"]
+    assert sort > 4 * built().breakdown(decode(16))["sampler_us"]  # a sort of every row of 128k logits
+    with pytest.raises(ConfigError, match="cluster.latency.serving.sampler"):
+        settings_from({"serving": {"sampler": "beam"}})
 
 
 def test_decode_runs_agree_with_single_steps_with_every_term_on():

@@ -74,7 +74,7 @@ from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
 from distsim.instance.latency.roofline import RooflineLatency, _communication
-from distsim.instance.latency.serving import ServingLayer, ServingSettings, settings_from
+from distsim.instance.latency.serving import SAMPLERS, ServingLayer, ServingSettings, settings_from
 
 FP8_QUANT_CALL_US = 3.55  # micro_fp8_gemm.csv quant_us: fixed part of one per-token quantisation kernel
 FP8_QUANT_BYTES_PER_ELEMENT = 5.26  # and its part per input element, as bytes at the datasheet bandwidth
@@ -107,8 +107,8 @@ class Roofline3Coefficients:
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
     # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
     eager_layer_overhead_us: float = 14.81
-    # sampling: vLLM's temperature sampling measured on an H100 (scripts/sampler_fit.py on
-    # docs/data/h100_serving/run2/sampling.csv): a fixed time per step, bytes moved per logit of each
+    # sampling: vLLM's temperature sampling measured on an H100 (serving.SAMPLERS, the path
+    # cluster.latency.serving.sampler picks): a fixed time per step, bytes moved per logit of each
     # sampled row, and the rows' worth of time its row-per-block kernels take at any batch
     sampler_call_us: float = 14.09
     sampler_bytes_per_logit: float = 49.09
@@ -551,7 +551,14 @@ def coefficients_from(cfg: Any, defaults: Roofline3Coefficients = DEFAULTS) -> R
     return roofline.coefficients_from(cfg, defaults, BOUNDS)
 
 
+SAMPLER_TERMS = ("sampler_call_us", "sampler_bytes_per_logit", "sampler_extra_rows")
+
+
 @register_latency_model("roofline3")
 def _build(cfg: Any, ctx: LatencyContext) -> Roofline3Latency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
-    return Roofline3Latency(ctx, coefficients_from(cfg), settings_from(cfg))
+    serving = settings_from(cfg)
+    # the sampling path's measured terms, for those the config leaves null
+    path = dict(zip(SAMPLER_TERMS, SAMPLERS[serving.sampler]))
+    defaults = replace(DEFAULTS, **{k: v for k, v in path.items() if cfg is None or cfg.get(k) is None})
+    return Roofline3Latency(ctx, coefficients_from(cfg, defaults), serving)
