@@ -24,7 +24,7 @@ Rows are appended and flushed as they are measured, so a run cut short still ret
 size list is fixed and every random tensor comes from a seeded generator: the work measured is the
 same on every run. ``scripts/analyse_serving_h100.py`` fits the summary from these files.
 
-    PYTHONUNBUFFERED=1 python3 scripts/measure_serving_h100.py --out OUT          # on the GPU (~4 min)
+    PYTHONUNBUFFERED=1 python3 scripts/measure_serving_h100.py --out OUT          # on the GPU (~2.5 min)
     PYTHONUNBUFFERED=1 python scripts/measure_serving_h100.py --out /tmp/x --smoke  # CPU, tiny sizes
 """
 
