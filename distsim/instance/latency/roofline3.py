@@ -116,11 +116,11 @@ class Roofline3Coefficients:
     # vLLM's attention reads the KV cache paged in blocks, the step tables' stand-in contiguously: its KV
     # read time over the stand-in's (1: the tables' rate); fitted on the runs (docs/fidelity.md)
     paged_kv_read_factor: float = 1.0
-    # host: a step loop's CPU time per step and per sequence measured on an H100 host (least squares of
-    # docs/data/h100_serving/run1/host.csv's step_total on the batch); async scheduling hides it behind
-    # the GPU step (serving.py), so the runs cannot pin it
-    sequence_overhead_us: float = 0.789
-    step_overhead_us: float = 44.2
+    # host: a stand-in step loop's CPU time per step and per sequence on an H100 host, a floor for
+    # vLLM's (docs/data/h100_serving/summary.json, host_loop.fit.step_total); async scheduling hides it
+    # behind the GPU step (serving.py), so the runs cannot pin it
+    sequence_overhead_us: float = 0.791
+    step_overhead_us: float = 52.11
 
 
 DEFAULTS = Roofline3Coefficients()
