@@ -125,8 +125,8 @@ class Roofline3Coefficients:
 
 DEFAULTS = Roofline3Coefficients()
 SERVING_DEFAULTS = ServingSettings()
-# the step-only fit (python -m distsim.fidelity.steps ... --nnls), with the issue-17 host terms: where the runfit and
-# the joint refit (python -m distsim.fidelity.jointfit, measured and not shipped: docs/fidelity.md) start from
+# the step-only fit (python -m distsim.fidelity.steps ... --nnls) with the older roofline's host terms (the
+# "step-only GPU terms" replay of scripts/fidelity_load_slope.py)
 STEP_FIT = replace(DEFAULTS, sequence_overhead_us=5.82, step_overhead_us=864.0)
 # name -> (low, high, low bound open)
 BOUNDS: dict[str, tuple[float, float, bool]] = {
