@@ -147,7 +147,7 @@ def build_world(
     loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
     frontend: FrontendSettings | None = None, cells: CellSettings | None = None, runtimes: tuple = (),
 ) -> World:
-    """A world built from settings by hand (tests, regret's replays): the cluster or the cells' fleet, with
+    """A world built from settings by hand (the tests' small worlds): the cluster or the cells' fleet, with
     autoscaling and the batching runtimes if the pools have them, and no run-level feature (no window,
     no timeline)."""
     parts = Parts(
