@@ -6,6 +6,11 @@ all (``per: none``). Goodput is the figure serving papers (DistServe, Sarathi-Se
 routers optimise: it rewards throughput only while latency objectives hold, so a policy cannot win by
 overloading instances, and normalising by GPUs or dollars lets clusters of different sizes compare.
 
+``capacity`` (DistServe's goodput): the highest arrival rate at which at least ``share`` of the requests
+meet both SLOs, found by bisection on the rate over the same requests scaled in time
+(distsim.metrics.capacity), divided as goodput is. It tells apart policies that all meet the SLOs at the
+configured load.
+
 ``weighted`` (BLIS style): a weighted mean of metrics each mapped to [0, 1]: a higher-is-better
 metric x becomes x / (x + ref), a lower-is-better one ref / (ref + x), a share stays as it is; ``ref``
 is the value that scores 0.5 (the scale of "good"). Useful when the objective mixes latency and cost
@@ -31,9 +36,17 @@ PER = ("gpu", "dollar", "none")
 
 @FITNESS.register("goodput")
 def goodput_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
-    rps = summary["goodput"]["requests_per_s"] or 0.0
+    return _divided(summary, summary["goodput"]["requests_per_s"] or 0.0, cfg.per)
+
+
+@FITNESS.register("capacity")
+def capacity_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
+    return _divided(summary, summary["capacity"]["requests_per_s"] or 0.0, cfg.per)
+
+
+def _divided(summary: dict[str, Any], rps: float, per: str) -> float:
+    """``rps`` per GPU, per dollar per hour of the fleet, or as it is (``per`` none)."""
     derived = summary["_derived"]
-    per = cfg.per
     if per == "gpu":
         return rps / derived["gpus"] if derived["gpus"] else 0.0
     if per == "dollar":
@@ -63,8 +76,12 @@ DEFAULT_WEIGHTS = {"slo_attainment": 1.0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0
 
 def check_fitness(cfg: FitnessSettings) -> None:
     """Raise a ConfigError for settings no fitness form accepts (run before simulating)."""
-    if cfg.kind == "goodput" and cfg.per not in PER:
+    if cfg.kind in ("goodput", "capacity") and cfg.per not in PER:
         raise ConfigError("fitness.per", f"must be {', '.join(PER[:-1])} or {PER[-1]} (got {cfg.per!r})")
+    if cfg.kind == "capacity":
+        from distsim.metrics.capacity import check_capacity
+
+        check_capacity(cfg.share, cfg.tolerance, cfg.max_steps)
     if cfg.kind != "weighted":
         return
     weights = dict(cfg.weights or DEFAULT_WEIGHTS)
