@@ -61,10 +61,11 @@ def test_the_bisection_stops_within_tolerance_or_max_steps():
     assert lo.factor <= 3.0 < hi.factor
 
 
-def test_capacity_is_deterministic_and_leaves_other_fitness_alone(tmp_path):
+def test_capacity_is_deterministic(tmp_path):
     args = ["fitness=capacity", "workload.num_requests=300", "sim.progress=false"]
     a = run_module("distsim", *args, f"hydra.run.dir={tmp_path / 'a'}")
     b = run_module("distsim", *args, f"hydra.run.dir={tmp_path / 'b'}")
+    assert b.returncode == 0, b.stderr[-2000:]
     assert a.returncode == 0, a.stderr[-2000:]
     assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
     assert (tmp_path / "a" / "requests.parquet").read_bytes() == (tmp_path / "b" / "requests.parquet").read_bytes()
@@ -80,3 +81,12 @@ def test_capacity_is_deterministic_and_leaves_other_fitness_alone(tmp_path):
 def test_bad_capacity_settings_are_one_line(tmp_path, override, key):
     proc = run_module("distsim", "fitness=capacity", override, f"hydra.run.dir={tmp_path}")
     assert_user_error(proc, 2, key)
+
+
+def test_the_search_takes_capacity_as_its_fitness():
+    """conf/search.yaml's tail-latency fitness is a group option: fitness=capacity replaces it whole (no
+    weights left over to warn about), and every evaluation then reports capacity per GPU."""
+    from distsim.resolve import resolve
+
+    scenario = resolve(load_config(["fitness=capacity"], config_name="search"))
+    assert scenario.fitness.kind == "capacity" and scenario.fitness.weights == {}
