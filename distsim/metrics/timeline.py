@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from distsim.errors import warn_config
 from distsim.metrics.settings import TimelineWindow
 from distsim.request import Request
 
@@ -127,7 +128,14 @@ class Timeline:
     # ------------------------------------------------------------------ the trace
     def trace(self, world: RunWorld, requests: Table | pd.DataFrame, end_us: int, seed: int) -> dict[str, Any]:
         """The Chrome trace of the run: ``world`` as run, ``requests`` its request table (a column Table
-        or a DataFrame, requests.parquet's columns), ``end_us`` the end of the run."""
+        or a DataFrame, requests.parquet's columns), ``end_us`` the end of the run. A window that starts at
+        or after the end warns (without sim.horizon_s the end is known only now; with it, it is an error
+        before the run, distsim.metrics.settings.timeline_window): the run is valid, its timeline empty."""
+        if self.start_us >= end_us:
+            warn_config(
+                "sim.timeline_start_s",
+                f"is {self.start_us / 1e6:g} s, at or after the end of the run ({end_us / 1e6:g} s): timeline.json is empty",
+            )
         out = _Events()
         runtimes = world.runtimes
         cluster_pid = 1 + len(world.instances) + len(runtimes)
