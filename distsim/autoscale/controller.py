@@ -73,7 +73,7 @@ class Autoscaler:
         self.cluster, self.loop = cluster, cluster.loop
         self.units = len(cluster.instances)  # instances.parquet's rows: the cluster's, then any runtime replicas
         self.llm = LlmSide(cluster)
-        self._activity: list[Callable[[], bool]] = [cluster._active]  # whether each side has anything left to do
+        self._activity: list[Callable[[], bool]] = [cluster.active]  # whether each side has anything left to do
         self.stopped = False
         self._checking: set[int] = set()  # engines (first of a replica) with a drain check pending
         self.pools: list[ScaledPool] = []

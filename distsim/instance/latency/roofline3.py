@@ -69,7 +69,8 @@ from typing import Any
 from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
-from distsim.instance.latency.roofline import RooflineLatency, _communication
+from distsim.instance.latency.roofline import RooflineLatency
+from distsim.instance.latency.roofline import communication as _communication
 
 FP8_QUANT_CALL_US = 3.55  # micro_fp8_gemm.csv quant_us: fixed part of one per-token quantisation kernel
 FP8_QUANT_BYTES_PER_ELEMENT = 5.26  # and its part per input element, as bytes at the datasheet bandwidth
