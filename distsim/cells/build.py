@@ -36,12 +36,12 @@ from distsim.workload.settings import SloDefaults
 
 if TYPE_CHECKING:
     from distsim.cluster.pools import PoolSpec
-    from distsim.metrics.recorder import Recorder
+    from distsim.protocols import RecordSink
 
 
 def build_world(
     pools: Sequence[PoolSpec], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
-    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
+    loop: EventLoop, recorder: RecordSink, *, seed: int, fast_forward: bool = True, slo: SloDefaults,
     frontend: FrontendSettings | None = None, cells: CellSettings | None = None,
     instance_cls: type[Instance] = Instance,
 ) -> Cluster | Fleet:
@@ -65,7 +65,7 @@ def build_world(
 
 def build_fleet(
     pools: Sequence[PoolSpec], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
-    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool, slo: SloDefaults,
+    loop: EventLoop, recorder: RecordSink, *, seed: int, fast_forward: bool, slo: SloDefaults,
     frontend: FrontendSettings | None, cells: CellSettings, instance_cls: type[Instance] = Instance,
 ) -> Fleet:
     """The fleet of ``cells.count`` cells, each an equal share of every pool (checked to divide)."""

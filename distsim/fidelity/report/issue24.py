@@ -239,7 +239,7 @@ def _slope_table(shipped_table: pd.DataFrame, slopes_new: pd.DataFrame) -> tuple
 
 def rtx_section() -> str:
     """The RTX runs (never fitted on) at the previous default (roofline) and at the shipped defaults (roofline3)."""
-    from distsim.validate import validate
+    from distsim.fidelity.validation import validate
 
     metrics = ("ttft_ms.mean", "tpot_ms.mean", "e2e_ms.mean", "e2e_ms.p99")
     shared = Path("..") / "shared" / "data" / "llmservingsim_bench"
