@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from distsim.metrics.tables import RunWorld
     from distsim.metrics.timeline import Timeline
+    from distsim.probe import RunProbe
 
 
 @dataclass
@@ -100,7 +101,8 @@ def summary_json(summary: dict[str, Any]) -> str:
 
 
 def simulate(
-    cfg: DictConfig, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False
+    cfg: DictConfig, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False,
+    probe: RunProbe | None = None,
 ) -> SimulationResult:
     """Run the simulation that ``cfg`` (a composed config, see load_config) describes.
 
@@ -108,16 +110,18 @@ def simulate(
     The whole config is resolved and checked (distsim.resolve.resolve) before anything is
     built, so a mistake anywhere stops before the first event. ``progress``: draw a progress line on
     stderr while the events run (distsim.progress; ``python -m distsim`` sets it from sim.progress).
+    ``probe``: told of each phase, built, ran and measured (distsim.probe).
     """
     started = (time.perf_counter(), time.process_time())
-    return run(resolve(cfg, requests), started=started, progress=progress)
+    return run(resolve(cfg, requests), started=started, progress=progress, probe=probe)
 
 
 def run(
-    scenario: Scenario, *, started: tuple[float, float] | None = None, progress: bool | ProgressSettings = False
+    scenario: Scenario, *, started: tuple[float, float] | None = None, progress: bool | ProgressSettings = False,
+    probe: RunProbe | None = None,
 ) -> SimulationResult:
     """Build the world from a resolved scenario, simulate it, and measure. ``started``: the wall and
-    CPU clocks when the caller began (perf.json then includes resolving); ``progress``: as simulate's."""
+    CPU clocks when the caller began (perf.json then includes resolving); ``progress``, ``probe``: as simulate's."""
     wall0, cpu0 = started or (time.perf_counter(), time.process_time())
     sim = scenario.sim
     workload = scenario.workload  # a list the caller gave, or a configured source (a trace's: rows read, skipped)
@@ -126,13 +130,17 @@ def run(
     recorder = _recorder(scenario)
     timeline, instance_cls = _timeline(scenario)
     world = _build(scenario, loop, recorder, timeline, instance_cls)
+    if probe is not None:
+        probe.built(world, loop, recorder)
     world.feed(scenario.workload)
-    probe = WindowProbe(sim.window) if sim.window is not None else None  # a measurement window
+    window = WindowProbe(sim.window) if sim.window is not None else None  # a measurement window
     with _progress_line(progress, scenario, loop, recorder):
-        end_us = loop.run() if probe is None else probe.run(loop, world, sim.horizon_us)
+        end_us = loop.run() if window is None else window.run(loop, world, sim.horizon_us)
     world.finish(sim.horizon_us)
     world.warn_refusals()
-    table, instances, summary = measure(world, recorder, loop, end_us, sim.seed, probe)
+    if probe is not None:
+        probe.ran(world, loop, recorder)
+    table, instances, summary = measure(world, recorder, loop, end_us, sim.seed, window)
     cells = None
     if isinstance(world, Fleet):  # a cell layer adds its columns to the DataFrames
         from distsim.metrics.cells import measure_cells
@@ -151,7 +159,10 @@ def run(
         from distsim.metrics.autoscale import timeline_table
 
         replicas = timeline_table(world.autoscaler)
-    return SimulationResult(summary, table, instances, perf, decisions, cells, replicas, trace)
+    result = SimulationResult(summary, table, instances, perf, decisions, cells, replicas, trace)
+    if probe is not None:
+        probe.measured(result)
+    return result
 
 
 def _build(scenario: Scenario, loop: EventLoop, recorder: Recorder, timeline: Timeline | None,

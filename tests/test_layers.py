@@ -50,7 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # section's settings, the runner's and the search's schemas
     ("config", ("distsim.config",)),
     ("resolve", ("distsim.resolve",)),  # the whole config into one frozen Scenario, composing the features' settings
-    ("simulate", ("distsim.simulate", "distsim.hydra_entry")),  # one run; the Hydra entry points' own steps
+    ("simulate", ("distsim.simulate", "distsim.probe", "distsim.hydra_entry")),  # one run, its phase hooks; Hydra's steps
     ("regret", ("distsim.regret",)),  # fork-and-replay regret of a run's decisions; the latency lower bound
     ("runner", ("distsim.runner",)),  # sweeps of runs
     ("search", ("distsim.search",)),  # policy search over sweeps
