@@ -68,10 +68,11 @@ CIRCLES: dict[tuple[str, str], str] = {
     ("distsim.workload.length_dists", "distsim.workload.lengths"): REGISTRY_NEEDS_ITS_BASE,
     ("distsim.workload.arrival_processes", "distsim.workload.arrivals"): REGISTRY_NEEDS_ITS_BASE,
     ("distsim.workload.kinds", "distsim.workload.source"): REGISTRY_NEEDS_ITS_BASE,
-    # a setting that names a registry member holds its class, the registry's base type
+    # a registry's members or the setting that names one: the registry's type names the base's types
     ("distsim.cells.settings", "distsim.cells.base"): "the front policy's setting holds a FrontRouter class",
-    ("distsim.metrics.fitness", "distsim.metrics.settings"): "a fitness (of the FITNESS registry) reads its settings",
-    ("distsim.policies.scorers.base", "distsim.policies.weighted"): "a scorer's weight is the weighted router's param",
+    ("distsim.metrics.fitness", "distsim.metrics.settings"): "the FITNESS registry's forms take FitnessSettings",
+    # types only, not registries: each could go with a split (a source's mix apart from MixedSource; the sweep
+    # table reading the outcome's frames)
     ("distsim.workload.base", "distsim.workload.mix"): "a source's request types (types only)",
     ("distsim.runner.table", "distsim.runner.sweep"): "the sweep table reads a sweep's outcome (types only)",
     # the summary's feature sections, called through an if chain: the Feature interface replaces it (house-feat)
