@@ -50,7 +50,8 @@ def mark_from_hydra(cfg: DictConfig) -> DictConfig:
     return cfg if own else mark(cfg, list(hc.overrides.task))
 
 
-def _node(cfg: DictConfig, path: str) -> DictConfig | ListConfig | object | None:
+def _node(cfg: DictConfig, path: str) -> object | None:
+    """The node at the dotted ``path`` (list items by index), or None where there is none (``hydra.*``)."""
     node: object = cfg
     for part in path.split("."):
         if isinstance(node, DictConfig) and part in node:

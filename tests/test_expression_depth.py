@@ -50,7 +50,7 @@ def test_at_the_limit_every_stage_works(shape, tmp_path):
     written = module.DeepPolicyRouter(ExpressionParams(expression=text), ctx())
     view, req = FakeView(np.random.default_rng(1), 4), Request(1, 0, 100, 10, block_hashes=(1, 2))
     assert router.route(req, view) == written.route(req, view)
-    gp = GPOptimizer(4, 0, GPSettings(max_height=MAX_DEPTH, max_size=10_000))
+    gp = GPOptimizer(4, 0, GPSettings())  # a seed expression this deep converts, whatever the GP's own bounds
     ind = gp.individual(tree)
     assert ind.height == MAX_DEPTH and to_node(ind) == tree
 
