@@ -71,10 +71,6 @@ CIRCLES: dict[tuple[str, str], str] = {
     # a registry's members or the setting that names one: the registry's type names the base's types
     ("distsim.cells.settings", "distsim.cells.base"): "the front policy's setting holds a FrontRouter class",
     ("distsim.metrics.fitness", "distsim.metrics.settings"): "the FITNESS registry's forms take FitnessSettings",
-    # types only, not registries: each could go with a split (a source's mix apart from MixedSource; the sweep
-    # table reading the outcome's frames)
-    ("distsim.workload.base", "distsim.workload.mix"): "a source's request types (types only)",
-    ("distsim.runner.table", "distsim.runner.sweep"): "the sweep table reads a sweep's outcome (types only)",
     # the summary's feature sections, called through an if chain: the Feature interface replaces it (house-feat)
     ("distsim.metrics.hedging", "distsim.metrics.tables"): "a feature section of the summary (types only)",
     ("distsim.metrics.mig", "distsim.metrics.tables"): "a feature section of the summary (types only)",
