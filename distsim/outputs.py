@@ -17,15 +17,13 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from distsim.errors import OutputError, os_reason
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
-
-    from distsim.metrics.columns import Table
 
 
 def _first_file(path: Path) -> Path | None:
@@ -111,12 +109,17 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return write_file(path, write)
 
 
-def write_parquet(path: str | os.PathLike, frame: pd.DataFrame | Table) -> Path:
-    """A DataFrame, or a column table (distsim.metrics.columns: the same bytes, without pandas)."""
-    from distsim.metrics.columns import Table, write_parquet
+@runtime_checkable
+class WritesParquet(Protocol):
+    """A table that writes itself as Parquet: distsim.metrics.columns.Table (pandas' bytes, without pandas)."""
 
-    if isinstance(frame, Table):
-        return write_file(path, lambda tmp: write_parquet(tmp, frame))
+    def write_parquet(self, path: str, /) -> None: ...
+
+
+def write_parquet(path: str | os.PathLike, frame: pd.DataFrame | WritesParquet) -> Path:
+    """A DataFrame, or a table that writes itself (a column table: the same bytes, without importing pandas)."""
+    if isinstance(frame, WritesParquet):
+        return write_file(path, frame.write_parquet)
     return write_file(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
 
 

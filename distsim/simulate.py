@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from omegaconf import DictConfig
 
+    from distsim.probe import RunProbe
+
 
 @dataclass
 class SimulationResult:
@@ -93,7 +95,8 @@ def summary_json(summary: dict[str, Any]) -> str:
 
 
 def simulate(
-    cfg: DictConfig, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False
+    cfg: DictConfig, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False,
+    probe: RunProbe | None = None,
 ) -> SimulationResult:
     """Run the simulation that ``cfg`` (a composed config, see load_config) describes.
 
@@ -101,16 +104,18 @@ def simulate(
     The whole config is resolved and checked (distsim.resolve.resolve) before anything is
     built, so a mistake anywhere stops before the first event. ``progress``: draw a progress line on
     stderr while the events run (distsim.progress; ``python -m distsim`` sets it from sim.progress).
+    ``probe``: told of each phase, built, ran and measured (distsim.probe).
     """
     started = (time.perf_counter(), time.process_time())
-    return run(resolve(cfg, requests), started=started, progress=progress)
+    return run(resolve(cfg, requests), started=started, progress=progress, probe=probe)
 
 
 def run(
-    scenario: Scenario, *, started: tuple[float, float] | None = None, progress: bool | ProgressSettings = False
+    scenario: Scenario, *, started: tuple[float, float] | None = None, progress: bool | ProgressSettings = False,
+    probe: RunProbe | None = None,
 ) -> SimulationResult:
     """Build the world from a resolved scenario, simulate it, and measure. ``started``: the wall and
-    CPU clocks when the caller began (perf.json then includes resolving); ``progress``: as simulate's."""
+    CPU clocks when the caller began (perf.json then includes resolving); ``progress``, ``probe``: as simulate's."""
     wall0, cpu0 = started or (time.perf_counter(), time.process_time())
     sim = scenario.sim
     workload = scenario.workload  # a list the caller gave, or a configured source (a trace's: rows read, skipped)
@@ -118,6 +123,8 @@ def run(
     loop = EventLoop(sim.horizon_us)
     parts = build(scenario, loop)  # the world, with the features the config names (distsim.world)
     world, recorder = parts.world, parts.recorder
+    if probe is not None:
+        probe.built(world, loop, recorder)
     world.feed(scenario.workload)
     with _progress_line(progress, scenario, loop, recorder):
         # a feature may run the loop its own way (a measurement window pauses at its edges)
@@ -126,6 +133,8 @@ def run(
             end_us = loop.run()
     world.finish(sim.horizon_us)
     world.warn_refusals()
+    if probe is not None:
+        probe.ran(world, loop, recorder)
     m = measure(parts, loop, end_us)
     summary = m.summary
     if workload_summary is not None:
@@ -136,7 +145,10 @@ def run(
     for feature in parts.features.values():
         extra.update(feature.outputs(m))
     perf = perf_figures(wall0, cpu0, loop.events, len(m.table))
-    return SimulationResult(summary, m.table, m.instances, perf, world.decision_table(), **extra)
+    result = SimulationResult(summary, m.table, m.instances, perf, world.decision_table(), **extra)
+    if probe is not None:
+        probe.measured(result)
+    return result
 
 
 def _progress_line(

@@ -73,7 +73,7 @@ from typing import Any
 from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
-from distsim.instance.latency.roofline import RooflineLatency, _communication
+from distsim.instance.latency.roofline import RooflineLatency, communication
 from distsim.instance.latency.serving import SAMPLERS, ServingLayer, ServingSettings, settings_from
 
 FP8_QUANT_CALL_US = 3.55  # micro_fp8_gemm.csv quant_us: fixed part of one per-token quantisation kernel
@@ -266,7 +266,7 @@ class Roofline3Latency(RooflineLatency):
         )
         self._layers = units["layers"] * beta["layer"] + units["moe_layers"] * beta["moe_layer"] + units["quant_fixed"]
         # expert-parallel all-to-alls (the TP all-reduces are the serving layer's)
-        self._a0, self._a_tok = _communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
+        self._a0, self._a_tok = communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
         self.serving = ServingLayer(serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency)
         self._overlap = self.serving.overlap
         self._sample_row = m.vocab_size * k.sampler_bytes_per_logit / (hw.hbm_bw_tbps * 1e6) * beta["inv_me"]
