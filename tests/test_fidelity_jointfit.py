@@ -9,12 +9,12 @@ import dataclasses
 
 import numpy as np
 import pytest
+from stepkit import FIXTURE, SETTINGS
 
 from distsim.fidelity.jointfit import PREFIX, Problem, StepBudget, solve
 from distsim.fidelity.steps.compare import compare, latency_settings, simulate
 from distsim.fidelity.steps.data import read_steps
 from distsim.instance.latency.roofline3 import DEFAULTS
-from tests.test_fidelity_steps_nnls import FIXTURE, SETTINGS
 
 
 @pytest.fixture(scope="module")
