@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import minimize
 
+from distsim import outputs
 from distsim.errors import UserError
 from distsim.fidelity import runfit
 from distsim.fidelity.multifit.pool import ReplayPool
@@ -320,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m distsim.fidelity.jointfit " + " ".join(argv if argv is not None else sys.argv[1:])
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
+        if args.out:
+            outputs.prepare_file(args.out)  # a bad --out fails before the fit, not after it
         suite = read_suite(args.runs)
         config = split_overrides(args.overrides)[0]  # without the suite's own replay.prompts
         steps = StepBudget(read_steps(args.steps), config)
@@ -336,13 +339,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = fit(runs, steps, problem, x0, args.budget, args.iterations, say)
             if not args.no_lomo:
                 run_lomo(runs, steps, out, say)
+        body = to_json(out, steps, suite, args.overrides, command)
+        if args.out:
+            outputs.write_text(args.out, json.dumps(body, indent=2, allow_nan=True) + "\n")
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)
         return 2
-    body = to_json(out, steps, suite, args.overrides, command)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(json.dumps(body, indent=2, allow_nan=True) + "\n")
     print(json.dumps({"fit": body["fit"]["values"], "medians": body["fit"]["medians"],
                       "lomo": body.get("lomo", {}).get("medians")}, indent=2))
     return 0
