@@ -24,6 +24,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -184,6 +185,8 @@ def write_file(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         os.chmod(tmp, mode)
         os.replace(tmp, target)
         tmp = None
+        if _SETS and target == path:
+            _SETS[-1].append(path)
     except OSError as err:
         if err.errno == errno.EISDIR or path.is_dir():
             raise OutputError(str(path), "is a directory") from None
@@ -192,6 +195,29 @@ def write_file(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+_SETS: list[list[Path]] = []  # the files written inside each open all_or_none(), innermost last
+
+
+@contextmanager
+def all_or_none() -> Iterator[None]:
+    """The files written inside are kept only together: on any exception (a full disk, Ctrl-C) the ones
+    already written are removed again, so a reader never finds part of a set (a run's tables without
+    its summary). A file written through a symbolic link is left: its earlier content is gone anyway."""
+    written: list[Path] = []
+    _SETS.append(written)
+    try:
+        yield
+    except BaseException:
+        for path in written:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass  # the exception on its way says what went wrong; this file is complete
+        raise
+    finally:
+        _SETS.pop()
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

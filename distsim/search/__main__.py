@@ -13,6 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from distsim import command
 from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError
@@ -61,4 +62,4 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     exit_if_unwritable("distsim.search", CONF_DIR / "search.yaml")  # before Hydra creates it, with a traceback
     install_hydra_entry("distsim.search")  # Hydra's compose and .hydra/ errors as one line, exit 2
-    main()
+    command.run("distsim.search", main)  # a full or closed stdout, and Ctrl-C, as one line
