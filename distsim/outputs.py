@@ -20,6 +20,7 @@ A new file gets the usual mode (0666 less the umask); a replaced one keeps its m
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import tempfile
@@ -154,8 +155,9 @@ def prepare_file(path: str | os.PathLike) -> Path:
     return p
 
 
+@functools.cache
 def _new_file_mode() -> int:
-    """0666 less the process's umask (read by setting it back at once: no file is created in between)."""
+    """0666 less the process's umask, as open() would give (read once: reading it means setting it)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return 0o666 & ~mask

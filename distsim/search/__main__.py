@@ -54,8 +54,13 @@ def main(cfg: DictConfig) -> float | None:
     finally:
         if session is not None:
             session.shutdown()
-    print(f"\nbest training score: {result.best_train_fitness:+.4f}  {' '.join(result.best_overrides)}")
-    print(f"policy written to {result.policy_yaml}")
+    try:
+        print(f"\nbest training score: {result.best_train_fitness:+.4f}  {' '.join(result.best_overrides)}")
+        print(f"policy written to {result.policy_yaml}")
+        sys.stdout.flush()
+    except UserError as err:  # a full or closed stdout (distsim.command): the files are written
+        print(f"distsim.search: {err}", file=sys.stderr)
+        sys.exit(2)
     return result.best_train_fitness
 
 
