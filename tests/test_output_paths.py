@@ -128,10 +128,15 @@ def test_a_directory_where_a_file_is_expected_is_refused(tmp_path):
 
 @pytest.mark.parametrize("path", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
 def test_an_open_file_descriptor_is_refused_whatever_it_is(path, tmp_path):
+    """Through a link of our own: a writer that replaced the path (as root, the old one did) would replace
+    that link, not the system's /dev/stdout."""
     if not os.path.lexists(path):
         pytest.skip(f"{path} does not exist here")
+    link = tmp_path / "out.json"
+    link.symlink_to(path)
     with pytest.raises(OutputError, match="open file descriptor"):
-        outputs.write_text(path, "x")
+        outputs.write_text(link, "x")
+    assert link.is_symlink()
 
 
 def test_remove_takes_a_link_away_never_what_it_points_to(tmp_path):
