@@ -7,13 +7,14 @@ must read as one line naming it, not as a traceback after minutes of simulating.
 - checks its directory before any work (:func:`prepare_dir`, or :func:`check_dir` without creating it),
 - writes each file to a temporary name in the same directory, flushes it to disk and renames it onto its
   final name (``os.replace`` is atomic on POSIX): :func:`write_file` and the helpers below,
-- turns an OSError on the way into an :class:`~distsim.errors.OutputError` naming the file.
+- turns an OSError on the way into an :class:`~distsim.errors.OutputError` naming the file,
+- and, for files that belong together (a run's), keeps all or none of them (:func:`all_or_none`).
 
 What a file path may be (:func:`landing`): nothing yet, a regular file (replaced), or a symbolic link, which
 is written through: the file it ends at is replaced (or, for a dangling link, created) atomically in its
 own directory and the link is kept, as the shell's ``>`` keeps it. Anything else at the path, or at the
-end of its links (a device such as /dev/full or /dev/stdout, a FIFO, a socket, a directory, a link that
-loops), is refused with one line naming it before any work: a rename never replaces a device node.
+end of its links (a device such as /dev/full, a FIFO, a socket, a directory, a link that loops, a link to
+an open file descriptor such as /dev/stdout), is refused with one line naming it before any work: a rename never replaces a device node.
 A new file gets the usual mode (0666 less the umask); a replaced one keeps its mode.
 """
 
