@@ -7,7 +7,7 @@ pooled over its seeds; the best-ranked eight when there are more), param_<key>.p
 parameter (fitness and p99 TTFT against it, one line per setting of the other swept keys; a latency's CI
 band is clipped at zero, where a t-interval over few seeds can reach), and report.md tying them together.
 It opens with how much of the planned sweep ran (sweep.json): an interrupted sweep, the jobs and
-configurations that never ran, and jobs retried after their worker died are named.
+configurations that never ran, and jobs retried after their worker died or hung are named.
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def completeness(results: pd.DataFrame, ranking: pd.DataFrame, meta: dict[str, A
     retried = {int(job): int(n) for job, n in (meta.get("retried") or {}).items()} or retried_jobs(results)
     if retried:
         each = ", ".join(f"job {job} ({n} attempts)" for job, n in sorted(retried.items()))
-        lines += ["", f"**Retried** after their worker died: {each}."]
+        lines += ["", f"**Retried** after their worker died or hung: {each}."]
     return lines
 
 

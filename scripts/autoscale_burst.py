@@ -1,8 +1,8 @@
-"""The README's autoscaling result: an MMPP burst (conf/workload/mmpp_burst.yaml, 5,000 requests) on the
-autoscaled H100 pool of conf/cluster/autoscale.yaml (2 replicas at first, between 2 and 8), two scaling
-policies against the fixed pools at the bounds, over seeds 0-2 (the same request stream per seed for every
-policy). Prints a markdown table: SLO attainment, TTFT p99, mean replicas paid for, GPU-hours and cost per
-million tokens, each the mean over the seeds.
+"""The autoscaling result of docs/guide/features/autoscaling.md: an MMPP burst (conf/workload/mmpp_burst.yaml,
+5,000 requests) on the autoscaled H100 pool of conf/cluster/autoscale.yaml (2 replicas at first, between 2
+and 8), two scaling policies against the fixed pools at the bounds, over seeds 0-2 (the same request stream
+per seed for every policy). Prints a markdown table: SLO attainment, TTFT p99, mean replicas paid for,
+GPU-hours and cost per million tokens, each the mean over the seeds.
 
     python scripts/autoscale_burst.py [--seeds 3] > scripts/results/autoscale_burst.txt
 """

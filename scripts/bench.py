@@ -1,4 +1,4 @@
-"""The standard speed benchmark (issue 2).
+"""The standard speed benchmark.
 
 16 x H100, Llama-3.1-8B, TP1, roofline, round_robin, Poisson at 100 req/s, fixed 512 input and 512
 output tokens, max_num_batched_tokens 2048, 50,000 requests. Runs the scenario in-process (the

@@ -1,4 +1,4 @@
-"""The cell layer at scale (issue 14 part 3): the InferMesh seed's large example, 128 cells of 1,024
+"""The cell layer at scale: the InferMesh seed's large example, 128 cells of 1,024
 instances (conf/cluster/cells_large.yaml: 131,072 H100s serving Llama-3.1-8B at TP1, a least-loaded front
 on 100 ms summaries, Vivaldi-style round trips, spill-over), with 1,000,000 requests.
 
@@ -8,7 +8,7 @@ on 100 ms summaries, Vivaldi-style round trips, spill-over), with 1,000,000 requ
 
 The workload is the embedded default's chat traffic (ShareGPT-like lengths) with its shared system
 prompts (80% of requests open with one of 400 shared 2,048-token prompts); ``--prefix-share 0`` takes them
-away (the figures recorded before issue 26, when each cached block was a dictionary entry of its own and a
+away (the figures recorded before the KV cache was kept by segments, when each cached block was a dictionary entry of its own and a
 million requests' prompts would have needed some 15 GB). Arrivals are Poisson at ``--rate-per-instance`` requests per second per
 instance (default 4: the million requests arrive within about two seconds, some 7.6 per instance, so
 every instance serves several at once; GPU utilisation over the whole run is about 0.6 at 16 cells); inside

@@ -1,4 +1,4 @@
-"""The hedging experiment (issue 15; InferMesh's mesh_hedge): does a hedge sent after 0.2, 0.35 or 0.5 of
+"""The hedging experiment (InferMesh's mesh_hedge): does a hedge sent after 0.2, 0.35 or 0.5 of
 the TTFT SLO cut the p99, and how much work does it waste? Bursty traffic of heavy-tailed prompts
 (conf/workload/mmpp_heavy_tail.yaml) on four H100s behind round robin; each copy goes to the instance with
 the fewest outstanding requests (conf/policy/hedged.yaml). Every setting runs the same seeds, so the

@@ -1,4 +1,4 @@
-"""Where the memory of a large run goes (issue 26 item 4): ``python scripts/bench_scale.py memory``.
+"""Where the memory of a large run goes: ``python scripts/bench_scale.py memory``.
 
 Each figure comes from a fresh child process (scripts/bench_scale.py --child):
 

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the router's prefix index on the default workload's hash streams (issue 26).
+"""Micro-benchmark of the router's prefix index on the default workload's hash streams.
 
 The prompts of the default workload (80% open with one of 400 shared 2,048-token prompts) at the `large`
 cluster's block size, routed over ``--instances`` instances: each request is matched against the index,

@@ -1,5 +1,5 @@
-"""Per-decision routing cost against cluster size (issue 4: weighted scoring on 1,000 instances
-should stay in the tens of microseconds, because scores are numpy vectors over the candidates).
+"""Per-decision routing cost against cluster size (the aim: weighted scoring on 1,000 instances
+stays in the tens of microseconds, because scores are numpy vectors over the candidates).
 
 Builds a real cluster view (signal board, router counters, prefix index) over N idle instances with
 live signals pushed, routes requests with block hashes, and reports microseconds per decision.

@@ -1,6 +1,6 @@
-"""Scale benchmarks (issue 14): large fleets, every policy, and routing cost inside real runs.
+"""Scale benchmarks: large fleets, every policy, and routing cost inside real runs.
 
-Every case runs in a fresh child process (so peak memory is its own) on the issue's scenario: the
+Every case runs in a fresh child process (so peak memory is its own) on one scenario: the
 `large` cluster (H100, Llama-3.1-70B at TP4) with `cluster.instances` set, the default workload
 (ShareGPT-like lengths, shared system prompts) at 10 requests per second per instance, fresh signals.
 The child times the whole process (imports, compose, workload, simulation; outputs are not written)

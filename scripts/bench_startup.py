@@ -1,4 +1,4 @@
-"""What a single ``python -m distsim`` run costs before and after the simulation itself (issue 14).
+"""What a single ``python -m distsim`` run costs before and after the simulation itself.
 
 Every figure is CPU seconds (user + system) of a fresh Python process, the median of ``--runs`` runs
 (the machine is shared, so single runs vary). One child process walks through the stages of a single

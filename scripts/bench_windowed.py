@@ -1,4 +1,5 @@
-"""The README's windowed-batching result: windowed against continuous prefill batching on one workload.
+"""The windowed-batching result of docs/guide/features/windowed-batching.md: windowed against continuous
+prefill batching on one workload.
 
 Short prompts (fixed 256 input and 64 output tokens, Poisson, 3,000 requests) on the P/D cluster
 (conf/cluster/pd_disagg.yaml: 2 prefill + 2 decode H100s, Llama-3.1-8B), where a prefill instance has no

@@ -1,6 +1,6 @@
-"""The README's MIG result (the seed's experiment): the same 8 x H100 with 0% and 50% of the GPUs sliced,
-under one workload (the default chat workload at a rate scaled to 8 GPUs, seeds 0-2, the same request
-stream per seed for every fleet). Fleets:
+"""The MIG result of docs/guide/features/mig.md (the seed's experiment): the same 8 x H100 with 0% and 50% of
+the GPUs sliced, under one workload (the default chat workload at a rate scaled to 8 GPUs, seeds 0-2, the
+same request stream per seed for every fleet). Fleets:
 
 - llama-3.1-8b on 8 whole GPUs, and on 4 whole + 4 cut into two 3g.40gb each (conf/cluster/mig_mixed.yaml);
   the same model on 1g.20gb or 1g.10gb slices is refused (its weights plus one 131,072-token sequence do

@@ -1,10 +1,11 @@
-"""The README's request-types result: the 70/20/10 LLM/vision/ASR mix (workload=mixed_70_20_10, 3,000
-requests, Poisson 36 req/s) on the mixed fleet (cluster=mixed_fleet: 4 x H100 for Llama-3.1-8B, ViT-B/16 on
-one L40S, Whisper large-v3 on one H100, both runtimes timed by the roofline service curve). Prints, per seed,
-each type's counts, SLO attainment, latency percentiles, throughput and batch sizes; then, for the first
-seed, the ASR runtime's batching window swept (what a longer window buys in batch size and costs in latency);
-and the vision runtime alone under load (only vision requests, 20,000 of them, at 1,000 to 4,000 req/s, with
-a batching window of 0 and 2 ms), where batching decides the capacity.
+"""The request-types result of docs/guide/features/request-types.md: the 70/20/10 LLM/vision/ASR mix
+(workload=mixed_70_20_10, 3,000 requests, Poisson 36 req/s) on the mixed fleet (cluster=mixed_fleet: 4 x
+H100 for Llama-3.1-8B, ViT-B/16 on one L40S, Whisper large-v3 on one H100, both runtimes timed by the
+roofline service curve). Prints, per seed, each type's counts, SLO attainment, latency percentiles,
+throughput and batch sizes; then, for the first seed, the ASR runtime's batching window swept (what a
+longer window buys in batch size and costs in latency); and the vision runtime alone under load (only
+vision requests, 20,000 of them, at 1,000 to 4,000 req/s, with a batching window of 0 and 2 ms), where
+batching decides the capacity.
 
     python scripts/mixed_fleet.py [--seeds 3] > scripts/results/mixed_fleet.txt
 """

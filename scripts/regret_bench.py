@@ -1,4 +1,4 @@
-"""Headroom and real regret (issue 27, item 5), measured.
+"""Headroom and real regret, measured.
 
 Headroom: each built-in routing policy, the clairvoyant oracle (distsim/policies/oracle.py) and the
 per-request latency lower bound (distsim/regret/bound.py) on the same requests, for the default scenario and

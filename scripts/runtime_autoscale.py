@@ -1,10 +1,11 @@
-"""The README's runtime autoscaling result: the vision runtime of conf/cluster/mixed_fleet.yaml (ViT-B/16 on
-L40S, batches of up to 32 images, 5 ms window, 2 slots) alone under an MMPP burst of vision requests (1,500
-req/s calm for 6 s on average, 5,000 req/s bursts of 2 s, 150,000 requests, about a minute), fixed pools of one and three
-replicas against two scalers between them (interval 1 s, cool-down 5 s, a 2 s provisioning delay: a warm node with the
-image and weights cached, not the 30 s cold default), over seeds 0-2 (the same requests per seed for every
-policy). Prints a markdown table: SLO attainment (200 ms), latency p99, mean replicas billed, the vision
-pool's GPU-hours, scale-ups, each the mean over the seeds.
+"""The runtime autoscaling result of docs/guide/features/autoscaling.md: the vision runtime of
+conf/cluster/mixed_fleet.yaml (ViT-B/16 on L40S, batches of up to 32 images, 5 ms window, 2 slots) alone
+under an MMPP burst of vision requests (1,500 req/s calm for 6 s on average, 5,000 req/s bursts of 2 s,
+150,000 requests, about a minute), fixed pools of one and three replicas against two scalers between them
+(interval 1 s, cool-down 5 s, a 2 s provisioning delay: a warm node with the image and weights cached, not
+the 30 s cold default), over seeds 0-2 (the same requests per seed for every policy). Prints a markdown
+table: SLO attainment (200 ms), latency p99, mean replicas billed, the vision pool's GPU-hours, scale-ups,
+each the mean over the seeds.
 
     python scripts/runtime_autoscale.py [--seeds 3] > scripts/results/runtime_autoscale.txt
 """

@@ -1,8 +1,8 @@
-"""The README's measurement-window result: the embedded default at 4,000 requests (Poisson 25 req/s for
-160 s on 4 x H100, just under the knee) counted three ways: every request, after a 30 s warm-up, and in the
-window [30 s, 120 s). Prints a markdown table per seed (the same runs: a window changes what is counted,
-never what is simulated), then, for the first seed, the plain run's requests by arrival time in 15 s
-buckets, which shows where the start and the end flatter the figures.
+"""The measurement-window result of docs/guide/features/windows.md: the embedded default at 4,000 requests
+(Poisson 25 req/s for 160 s on 4 x H100, just under the knee) counted three ways: every request, after a 30
+s warm-up, and in the window [30 s, 120 s). Prints a markdown table per seed (the same runs: a window
+changes what is counted, never what is simulated), then, for the first seed, the plain run's requests by
+arrival time in 15 s buckets, which shows where the start and the end flatter the figures.
 
     python scripts/window_warmup.py [--seeds 1] > scripts/results/window_warmup.txt
 """

@@ -139,7 +139,7 @@ def test_a_kv_cache_smaller_than_one_sequence_warns_and_dropped_requests_are_exp
     assert dropped > 0 and any(f"{dropped} of 40 requests were dropped" in m for m in messages)
 
 
-# --- issue 23: what vLLM refuses at start-up, advice that helps, keys no kind reads ----------------------
+# --- what vLLM refuses at start-up, advice that helps, keys no kind reads ----------------------
 
 
 def test_max_model_len_beyond_the_kv_cache_vllm_sizes_is_refused_on_whole_gpus_as_on_slices():

@@ -1,4 +1,4 @@
-"""Hostile input files (issue 12): every reader stops with one InputFileError or ConfigError line that
+"""Hostile input files: every reader stops with one InputFileError or ConfigError line that
 names the file (and the line or field), never a traceback, and never silently reads something else.
 
 Most cases call the readers in-process (a subprocess costs ~2 s); a representative few run the command

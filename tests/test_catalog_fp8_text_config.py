@@ -1,4 +1,4 @@
-"""Configs that nest the language model under ``text_config`` (Llama-4) and FP8 weights (issue 17)."""
+"""Configs that nest the language model under ``text_config`` (Llama-4) and FP8 weights."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ BEFORE = {
     "qwen3-30b-a3b": (61064245248, 98304, 3353032704),
     "deepseek-v2-lite": (31412968448, 31104, 2661150208),
     "gpt-oss-20b": (13751518848, 24576, 4187440704),
-    "codellama-34b": (67487940608, 196608, 33743970304),  # added with issue 24 (33.7 B, GQA 8 KV heads)
+    "codellama-34b": (67487940608, 196608, 33743970304),  # (33.7 B, GQA 8 KV heads)
 }
 
 SMALL_MOE = {
@@ -154,11 +154,12 @@ def test_int8_compressed_tensors_refused():
         )
 
 
-def test_the_readme_says_what_the_reader_accepts_fp8_included():
-    """The README's list of refused quantisations names FP8 among the accepted ones, as the reader is."""
+def test_the_guide_says_what_the_reader_accepts_fp8_included():
+    """The guide's list of refused quantisations (docs/guide/run.md) names FP8 among the accepted ones, as the
+    reader is."""
     fp8 = model_from_hf_config(_fp8({"quant_method": "fp8"}), "m", "x.json")
     assert fp8.fp8_matmuls  # accepted, not refused
-    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8").split())
+    readme = " ".join((Path(__file__).parents[1] / "docs" / "guide" / "run.md").read_text(encoding="utf-8").split())
     refusal = readme[readme.index("sizes have sane upper bounds"):].split("each mistake is one line")[0]
     assert "FP8" in refusal and refusal.index("FP8") < refusal.index("are refused"), refusal
 

@@ -112,7 +112,7 @@ def test_cli_bad_input_exits_nonzero_without_traceback(override, tmp_path):
     assert proc.stderr.strip(), "an error message is printed"
 
 
-# --- type errors and unknown keys: one line naming the key, exit 2 (issue 23) -----------------------
+# --- type errors and unknown keys: one line naming the key, exit 2 -------------------------------
 
 TYPE_ERRORS = [
     ("cluster.engine.prefill_batch_window_ms=abc", "cluster.engine.prefill_batch_window_ms", "must be a number"),

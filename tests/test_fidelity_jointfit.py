@@ -48,3 +48,18 @@ def test_solve_follows_the_runs_within_the_budget(budget):
     held = solve(problem, budget, start + 2.0, x0, res, np.array([[0.0, 0.0, -0.01]]), radius=50.0)
     assert held.x[2] == pytest.approx(x0[2] + 30.0)  # where the linearised residual reaches 0
     assert np.all(held.x[:2] == x0[:2])
+
+
+@pytest.mark.parametrize(
+    ("gpu", "terms", "message"),
+    [
+        (["memory_efficency"], None, r"--gpu: no memory_efficency; known: memory_efficiency, "),
+        (None, ["cluster.latency.step_overhead"], r"--run-terms: no cluster.latency.step_overhead; known: "),
+        ([], [], r"--gpu and --run-terms name nothing to fit"),
+    ],
+)
+def test_an_unknown_coefficient_name_is_refused_not_dropped(gpu, terms, message):
+    from distsim.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        Problem.make(DEFAULTS, gpu, terms)

@@ -180,6 +180,13 @@ def test_a_bad_params_spec_is_one_line(tiny_suite, tmp_path, capsys, spec, words
         start_values(parse_params([spec]))
 
 
+@pytest.mark.parametrize(("runs", "words"), [("q1,zz", "--runs: no run zz in "), (",", "--runs: no run id given")])
+def test_a_runs_option_naming_no_known_run_is_one_line(tiny_suite, tmp_path, capsys, runs, words):
+    rc = calibrate_main(["--suite", str(tiny_suite), "--runs", runs, "--out", str(tmp_path / "f.json")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and words in err and not (tmp_path / "f.json").exists()
+
+
 def test_suite_options_need_suite(capsys):
     with pytest.raises(SystemExit) as exc:
         calibrate_main(["some-run", "--runs", "a"])

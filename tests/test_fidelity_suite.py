@@ -126,3 +126,18 @@ def test_prompt_pool_repeats_each_users_prompt():
         cached[prompts] = simulate(cfg).requests["cached_tokens"]
     assert cached["trace"].max() == 96  # 6 blocks of the 100-token system prompt
     assert (cached["pool"].iloc[200:] == 560).all()  # 566 tokens: 35 full blocks, the last token computed
+
+
+@needs_data
+@pytest.mark.parametrize("runs", ["nosuchrun", "67,nosuchrun"])
+def test_an_unknown_run_id_is_one_line_naming_it_and_the_known_ids(runs, tmp_path, capsys):
+    assert suite_cli.main([str(RUNS), "--out", str(tmp_path), "--runs", runs]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--runs: no run nosuchrun in" in err and "(runs: 17, 20, " in err
+    assert not (tmp_path / "suite.csv").exists()
+
+
+@needs_data
+def test_a_runs_option_that_names_no_run_is_refused(tmp_path, capsys):
+    assert suite_cli.main([str(RUNS), "--out", str(tmp_path), "--runs", " , "]) == 2
+    assert capsys.readouterr().err.strip() == "distsim: --runs: no run id given (got ' , ')"

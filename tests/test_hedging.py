@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -233,6 +234,6 @@ def test_bad_hedge_settings_name_their_key(overrides, key):
 def test_a_delay_in_slo_fractions_needs_a_finite_ttft_slo():
     pools = [PoolSpec("p", 2, "mixed", FAKE_HW, tiny_model(1000), 1, engine(), LATENCY, "cluster")]
     with pytest.raises(ConfigError) as err:
-        hedging_fits(hedge_policy(delay_slo_fraction=0.3), pools, SloDefaults())  # TTFT SLO: inf
+        hedging_fits(hedge_policy(delay_slo_fraction=0.3), pools, SloDefaults(math.inf, math.inf))  # no TTFT SLO
     assert err.value.key == "policy.hedge.delay_slo_fraction"
-    hedging_fits(hedge_policy(delay_ms=5.0), pools, SloDefaults())  # a fixed delay needs none
+    hedging_fits(hedge_policy(delay_ms=5.0), pools, SloDefaults(math.inf, math.inf))  # a fixed delay needs none

@@ -67,7 +67,7 @@ def test_fast_forward_equals_stepping_under_pd_overload():
 
 
 def test_the_reported_pd_crash_config_completes_and_counts_each_request_once():
-    """The issue's command: cluster=pd_disagg workload=poisson_chat, 4,000 requests at 40 req/s."""
+    """A loaded P/D run: cluster=pd_disagg workload=poisson_chat, 4,000 requests at 40 req/s."""
     overrides = ["cluster=pd_disagg", "workload=poisson_chat", "workload.num_requests=4000", "workload.arrival.rate_rps=40"]
     result = simulate(load_config(overrides))
     assert result.summary["requests"]["completed"] == 4000

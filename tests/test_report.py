@@ -55,7 +55,7 @@ def test_the_report_names_the_interruption_the_missing_jobs_and_the_retry(interr
     assert "2 of 6 planned jobs ran (2 ok, 0 failed); 1 of 3 configurations." in text
     assert "**The sweep was interrupted:** 4 jobs never ran (jobs 2, 3, 4, 5)" in text
     assert "2 of 3 configurations have no job: `" in text and "policy=random`" in text and "policy=least_loaded`" in text
-    assert "**Retried** after their worker died: job 0 (2 attempts)." in text
+    assert "**Retried** after their worker died or hung: job 0 (2 attempts)." in text
 
 
 def test_a_complete_sweep_says_nothing_of_interruptions(tmp_path):

@@ -1,4 +1,4 @@
-"""The per-operator step model (cluster.latency.kind=roofline3, issue 24): its terms by hand, its linear
+"""The per-operator step model (cluster.latency.kind=roofline3): its terms by hand, its linear
 basis (what the bounded least-squares fit solves with) against the step time, FP8 per the checkpoint's
 ignore list, experts priced by rows per expert, and the routing-skew knob."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,15 @@ from distsim.policies.expression.grammar import Num
 from distsim.policies.expression.tree import check_types, emit, parse
 from distsim.search.driver import _check, run_search
 from distsim.search.evaluate import make_evaluator
-from distsim.search.gp import EXPRESSION_KEY, GPOptimizer, GPSettings, to_node
+from distsim.search.gp import (
+    EXPRESSION_KEY,
+    MAX_HEIGHT,
+    MAX_INIT_HEIGHT,
+    MAX_SIZE,
+    GPOptimizer,
+    GPSettings,
+    to_node,
+)
 from distsim.search.objectives import across_families, first_front, means, reference_objectives
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,12 +165,39 @@ def search_cfg(generations: int, extra=()):
         ("search.gp.seeds=['running +']", "search.gp.seeds[0]"),
         ("search.gp.max_size=2", "search.gp.max_size"),
         ("search.gp.init_max_height=20", "search.gp.init_max_height"),
+        ("search.gp.max_height=25", "search.gp.max_height"),
+        ("search.gp.max_height=0", "search.gp.max_height"),
+        ("search.gp.max_size=1001", "search.gp.max_size"),
+        ("search.gp.init_min_height=0", "search.gp.init_min_height"),
+        ("search.gp.init_min_height=11", "search.gp.init_min_height"),
+        ("search.gp.init_min_height=5", "search.gp.init_min_height"),  # above init_max_height 4
+        ("search.gp.max_height=3", "search.gp.init_max_height"),  # below init_max_height 4
     ],
 )
 def test_bad_gp_settings_name_the_key(override, key):
     with pytest.raises(ConfigError) as err:
         _check(search_cfg(1, [override]))
     assert err.value.key == key
+
+
+def test_the_largest_allowed_trees_make_a_first_generation_in_seconds():
+    settings = GPSettings(max_height=MAX_HEIGHT, max_size=MAX_SIZE, init_min_height=MAX_INIT_HEIGHT,
+                          init_max_height=MAX_INIT_HEIGHT)
+    started = time.perf_counter()
+    asked = GPOptimizer(16, 0, settings).ask()
+    assert time.perf_counter() - started < 10 and asked
+    for _, point in asked:  # every emitted tree reads back within the parser's nesting limit
+        assert parse(point[EXPRESSION_KEY]).height <= MAX_HEIGHT
+
+
+def test_unbounded_tree_heights_are_one_config_line_at_once():
+    proc = subprocess.run(
+        [sys.executable, "-m", "distsim.search", "search.algorithm=gp", "search.gp.init_min_height=25",
+         "search.gp.init_max_height=25", "search.gp.max_height=25"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert "search.gp.max_height: must be in [1, 17] (got 25)" in proc.stderr
 
 
 def test_several_objectives_need_gp():

@@ -103,7 +103,7 @@ def test_a_killed_worker_is_replaced_and_failing_jobs_are_reported(ray_session, 
     assert (out / "1" / "error.txt").exists()
     assert res.loc[0, "status"] == "ok"
     assert (outcome.ok, outcome.failed, outcome.exit_code) == (2, 1, 0)
-    assert "retried after their worker died: job 2 (2 attempts)" in report_text(outcome)
+    assert "retried after their worker died or hung: job 2 (2 attempts)" in report_text(outcome)
     assert json.loads((out / "sweep.json").read_text())["retried"] == {"2": 2}
     ranking = pd.read_csv(out / "ranking.csv").set_index("config")
     assert ranking.loc["workload.num_requests=200 cluster.instances=2", "n"] == 2
@@ -130,6 +130,38 @@ def test_a_job_whose_worker_keeps_dying_fails_after_the_retries(ray_session, tmp
     outcome = sweep([*SMALL, "seed=0"], tmp_path / "sweep", max_retries=0, progress=False, echo=False)
     row = outcome.results.iloc[0]
     assert row["status"] == "failed" and row["error_kind"] == "worker_died" and outcome.exit_code == 1
+
+
+def test_a_job_that_hangs_on_a_live_worker_is_resubmitted_with_the_same_outputs(grid, tmp_path, monkeypatch, capsys):
+    out, outcome = grid
+    marker = tmp_path / "hung"
+    monkeypatch.setenv("DISTSIM_FAULT_HANG", f"3:{marker}")  # job 3's first attempt sleeps for ever
+    again = sweep([*SMALL, *GRID], tmp_path / "sweep", num_workers=2, job_timeout_s=3, progress=False, echo=False)
+    assert marker.exists() and again.replaced_workers >= 1 and again.ok == 8
+    res = again.results.set_index("job")
+    assert res.loc[3, "run.attempts"] == 2
+    pd.testing.assert_frame_equal(figures(outcome.results), figures(again.results))
+    assert again.results["job"].tolist() == list(range(8))  # ordered by job, not by completion
+    for job in range(8):
+        for name in ("summary.json", "requests.parquet", "instances.parquet"):
+            assert (tmp_path / "sweep" / str(job) / name).read_bytes() == (out / str(job) / name).read_bytes()
+    err = capsys.readouterr().err
+    assert f"job 3 [{res.loc[3, 'overrides']}]: no result within 3 s (runner.job_timeout_s); its worker was replaced, try 2 of 3" in err
+    assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["retried"]["3"] == 2
+
+
+def test_a_job_that_hangs_on_every_try_fails_with_one_line_naming_it(ray_session, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DISTSIM_FAULT_HANG", "0:")  # every attempt of job 0 hangs
+    outcome = sweep([*SMALL, "seed=0"], tmp_path, job_timeout_s=0.5, max_retries=1, progress=False, echo=False)
+    row = outcome.results.iloc[0]
+    assert row["status"] == "failed" and row["error_kind"] == "timeout" and row["run.attempts"] == 2
+    assert outcome.exit_code == 1 and outcome.replaced_workers == 2
+    assert outcome.wall_s < 30
+    line = (
+        "job 0 [workload.num_requests=200 cluster.instances=2 seed=0] failed: "
+        "no result within 0.5 s (runner.job_timeout_s), on each of 2 tries"
+    )
+    assert line in capsys.readouterr().err.splitlines()
 
 
 def test_a_sweep_of_one_job(ray_session, tmp_path):

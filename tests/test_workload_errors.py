@@ -180,7 +180,7 @@ def test_seed_and_block_size_are_checked():
         build_workload({}, seed=0, block_size=0)
 
 
-# --- keys the chosen distribution, process or kind does not read warn (issue 23) -----------------------
+# --- keys the chosen distribution, process or kind does not read warn -------------------------------
 
 UNREAD = [
     (["workload.input_tokens.value=-100"], "workload.input_tokens.value", "dist 'lognormal'"),  # the default's

@@ -9,16 +9,16 @@ import typing
 from dataclasses import field, make_dataclass
 from typing import Any
 
-# the keys every kind shares; defaults explained in the README ("Autoscaling") and settings.py
+# the keys every kind shares; defaults explained in docs/guide/features/autoscaling.md and settings.py
 COMMON: list[tuple[str, Any, Any]] = [
     ("kind", str | None, None),  # null: the pool does not autoscale
-    ("min", int, 1),
-    ("max", int | None, None),
+    ("min", int, 1),  # replicas at least (>= 1)
+    ("max", int | None, None),  # replicas at most (required)
     ("interval_s", float, 15.0),  # HPA's sync period
     ("cooldown_s", float, 300.0),  # HPA's scale-down stabilisation window
     ("provision_s", float | None, None),  # null: weights per GPU / load_gbps + startup_s
-    ("load_gbps", float, 1.1),
-    ("startup_s", float, 30.0),
+    ("load_gbps", float, 1.1),  # weight loading, GB/s (vLLM's default safetensors loader, as its docs measure)
+    ("startup_s", float, 30.0),  # process start, compile cache and CUDA graph capture (assumed)
 ]
 
 

@@ -32,7 +32,7 @@ from distsim.signals.view import ClusterView, RouterState
 
 FINISHED, ABORTED = Departure.FINISHED, Departure.ABORTED
 
-NO_FRONTEND = FrontendSettings()
+NO_FRONTEND = FrontendSettings(request_us=0.0, per_input_token_us=0.0, per_output_token_us=0.0)  # the engine's own times
 
 
 @dataclass

@@ -39,11 +39,12 @@ class FrontendSettings:
     """Time a request spends outside the engine, as a client measures it: the server's ingestion (a fixed
     cost per request plus tokenisation per prompt token) before the engine queues the request, and the
     detokenisation and streaming of each output token after the engine emits it. The per-token lag is the
-    same for every token, so TTFT and E2E grow by it and TPOT does not. All zero: the engine's own times."""
+    same for every token, so TTFT and E2E grow by it and TPOT does not. All zero: the engine's own times.
+    No defaults: ``cluster.frontend`` in the config schema holds them."""
 
-    request_us: float = 0.0
-    per_input_token_us: float = 0.0
-    per_output_token_us: float = 0.0
+    request_us: float
+    per_input_token_us: float
+    per_output_token_us: float
 
     @property
     def ingests(self) -> bool:

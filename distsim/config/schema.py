@@ -26,38 +26,39 @@ from distsim.workload.schema import WorkloadConfig
 class EngineConfig:
     """vLLM engine settings, with vLLM's names."""
 
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = 1  # GPUs per engine (vLLM's --tensor-parallel-size); at most cluster.gpus_per_node
     data_parallel_size: int = 1  # engine replicas behind vLLM's own balancer, each with tensor_parallel_size GPUs
     enable_expert_parallel: bool = False  # MoE: experts spread whole over the tp x dp GPUs (vLLM's flag)
     max_model_len: int | None = None  # longest prompt + output served (null: the model's context length)
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    block_size: int = 16
-    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 256  # most sequences in one step, and running at once
+    max_num_batched_tokens: int = 2048  # token budget of one step (prefill tokens plus one per decoder)
+    block_size: int = 16  # tokens per KV block: 1, 8, 16, 32, 64, 128 or 256
+    gpu_memory_utilization: float = 0.9  # share of GPU memory vLLM may use (weights, activations, KV cache)
     total_kv_blocks: int | None = None  # null: derived from model, hardware, TP and memory utilisation
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True  # split a long prompt over steps within the token budget
+    enable_prefix_caching: bool = True  # reuse cached KV blocks of identical prompt prefixes (chained block hashes)
     scheduler_reserve_full_isl: bool = True  # admit a waiting request only if its whole sequence fits (vLLM >= 0.19)
     async_scheduling: bool = True  # vLLM's --async-scheduling (its default by 0.15): step N+1 is scheduled when step N begins
     activation_reserve_fraction: float = 0.05  # of GPU memory, kept for activations and the CUDA graphs
     scheduler: str = "fcfs"  # waiting-queue order: fcfs | priority | shortest_prompt
     cpu_kv_blocks: int = 0  # host-memory KV tier in blocks (vLLM's KV offloading); 0: off
-    # windowed prefill batching (distsim/instance/batching.py): new prompts wait until this many wait, or
-    # the oldest has waited the window; null window: off (continuous batching); null min: the window only
-    prefill_batch_min: int | None = None
-    prefill_batch_window_ms: float | None = None
+    # windowed prefill batching (distsim/instance/batching.py): new prompts are held until this many wait,
+    # or the oldest has waited the window
+    prefill_batch_min: int | None = None  # null: the window alone closes a batch
+    prefill_batch_window_ms: float | None = None  # null: off (continuous batching)
 
 
 @dataclass
 class LatencyConfig:
-    """Step-time model: ``roofline3`` (per operator, the default), ``roofline`` (the issue-17 model) or
-    ``linear`` (fitted coefficients)."""
+    """Step-time model: ``roofline3`` (per operator, the default), ``roofline`` (the per-layer roofline, the earlier default) or
+    ``linear`` (fitted coefficients). ``roofline`` (distsim/instance/latency/roofline.py) reads the keys from
+    compute_efficiency to step_overhead_us; ``roofline3`` (distsim/instance/latency/roofline3.py, where each term
+    is explained) reads those and the keys after them. Null: the kind's fitted default set (docs/fidelity.md)."""
 
-    kind: str = "roofline3"
+    kind: str = "roofline3"  # roofline3 | roofline | linear
     base_us: float | None = None  # linear
     per_prefill_token_us: float | None = None  # linear
     per_decode_token_us: float | None = None  # linear
-    # roofline (distsim/instance/latency/roofline.py); null: the fitted default set (docs/fidelity.md)
     compute_efficiency: float | None = None  # matmul FLOP/s over the tensor peak, large token counts
     gemm_half_tokens: float | None = None  # rows per matmul at which it reaches half that efficiency
     attention_efficiency: float | None = None  # prefill attention FLOP/s over the bf16 tensor peak
@@ -65,7 +66,6 @@ class LatencyConfig:
     layer_overhead_us: float | None = None  # GPU time per layer per step besides matmuls and attention
     sequence_overhead_us: float | None = None  # host time per scheduled sequence per step
     step_overhead_us: float | None = None  # host time per step
-    # roofline3 (distsim/instance/latency/roofline3.py) also reads the keys above, and:
     expert_compute_efficiency: float | None = None  # grouped expert GEMMs' FLOP/s over the tensor peak
     expert_half_rows: float | None = None  # rows per expert at which they reach half that efficiency
     activation_bytes_hidden: float | None = None  # bytes moved per token, layer and hidden element
@@ -81,21 +81,21 @@ class LatencyConfig:
 class MigConfig:
     """MIG slices (distsim.cluster.mig): ``profile`` (e.g. 3g.40gb) runs one instance per slice; null: whole GPUs."""
 
-    profile: str | None = None
+    profile: str | None = None  # 1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb (H100, A100-80G); null: whole GPUs
 
 
 @dataclass
 class PoolConfig:
     """One pool of identical instances. ``engine`` and ``latency`` override the cluster's values."""
 
-    name: str = "pool"
+    name: str = "pool"  # unique; names the pool in outputs and errors
     kind: str = "vllm"  # vllm | runtime: a batching runtime for a vision or speech model (distsim.runtime)
     model: str | None = None  # runtime: its catalog model (resnet-50, vit-b-16, whisper-small, ...); vllm: null
-    count: int = 1
+    count: int = 1  # instances (or MIG slices); under autoscaling the initial replica count
     hardware: str | None = None  # null: cluster.hardware
     role: str = "mixed"  # mixed | prefill | decode
-    engine: dict[str, Any] = field(default_factory=dict)
-    latency: dict[str, Any] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)  # cluster.engine keys to override for this pool
+    latency: dict[str, Any] = field(default_factory=dict)  # cluster.latency keys to override for this pool
     autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)  # kind null: a fixed pool of count
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)  # kind runtime: its batcher and service curve
     mig: MigConfig = field(default_factory=MigConfig)  # profile null: whole GPUs; else count counts slices
@@ -107,20 +107,21 @@ class KVTransferConfig:
     bytes the prompt's KV per GPU (TP-sharded). Defaults: aiconfigurator's inter-node figures
     (shared/data/hardware.json): 50 GB/s per GPU per direction and 10 us latency."""
 
-    bandwidth_gbps: float = 50.0
-    latency_us: float = 10.0
+    bandwidth_gbps: float = 50.0  # GB/s per GPU per direction
+    latency_us: float = 10.0  # fixed time of one transfer
 
 
 @dataclass
 class FrontendConfig:
     """Costs outside the engine, as a client measures (distsim.cluster.settings.FrontendSettings): per
-    request and per prompt token before the engine queues a request, per output token after it emits one."""
+    request and per prompt token before the engine queues a request, per output token after it emits one.
+    The defaults were fitted on the real vLLM runs on H100 with roofline3's GPU terms frozen (docs/fidelity.md,
+    docs/data/h100_runfit.json); the per-layer roofline (``cluster.latency.kind=roofline``) was fitted with
+    1778 / 5.48 / 15.5 (docs/data/h100_fit.json). All 0: the engine's own times."""
 
-    # fitted on the real vLLM runs on H100 with roofline3's GPU terms frozen (docs/fidelity.md; docs/data/h100_runfit.json);
-    # the issue-17 roofline was fitted with 1778 / 5.48 / 15.5 (docs/data/h100_fit.json)
-    request_us: float = 0.0
-    per_input_token_us: float = 13.1775
-    per_output_token_us: float = 0.0
+    request_us: float = 0.0  # per request, before the engine queues it (ingestion)
+    per_input_token_us: float = 13.1775  # per prompt token, before the engine queues it (tokenisation)
+    per_output_token_us: float = 0.0  # per output token, after the engine emits it (detokenisation, streaming)
 
 
 @dataclass
@@ -130,10 +131,10 @@ class CellRttConfig:
     the access link) per cell and for the front; RTT = distance + both heights. Each message adds a jitter
     drawn uniformly in [0, jitter_ms]. All 0: no network delay."""
 
-    dims: int = 3
-    spread_ms: float = 0.0
-    height_ms: float = 0.0
-    jitter_ms: float = 0.0
+    dims: int = 3  # dimensions of the coordinates
+    spread_ms: float = 0.0  # each coordinate uniform in [0, spread_ms]
+    height_ms: float = 0.0  # each height (the access link) uniform in [0, height_ms]
+    jitter_ms: float = 0.0  # per message, uniform in [0, jitter_ms]
 
 
 @dataclass
@@ -142,14 +143,14 @@ class CellSpillConfig:
     an arriving request on to a cell it knows is not saturated, at most ``max_hops`` times per request."""
 
     threshold: float | None = None  # null: no spill-over
-    max_hops: int = 1
+    max_hops: int = 1  # spill-overs at most per request
 
 
 @dataclass
 class CellsConfig:
     """The fleet split into cells behind a front router (distsim.cells); count 1: no cell layer."""
 
-    count: int = 1
+    count: int = 1  # cells; each holds an equal share of every pool (1: no cell layer)
     front_policy: str = "round_robin"  # distsim/cells/front: round_robin | random | least_loaded | nearest
     summary_interval_ms: float = 0.0  # each cell's summary refresh (0: the front reads live counts)
     summary_jitter_ms: float = 0.0  # each interval drawn uniformly within +-jitter
@@ -160,12 +161,12 @@ class CellsConfig:
 
 @dataclass
 class ClusterConfig:
-    model: str = "llama-3.1-8b"
-    hardware: str = "H100"
-    instances: int = 4
+    model: str = "llama-3.1-8b"  # catalog name (llama-3.1-8b, llama-3.1-70b, mixtral-8x7b, qwen2.5-7b, ...) or a path to an HF config.json
+    hardware: str = "H100"  # catalog GPU: H100, H200, A100-80G, L40S, B200, MI300X, RTX4090, RTXPRO6000
+    instances: int = 4  # instances of the single pool (when cluster.pools is null)
     engine: EngineConfig = field(default_factory=EngineConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
-    pools: list[PoolConfig] | None = None
+    pools: list[PoolConfig] | None = None  # null: one pool of cluster.instances; else the pools, each with its own hardware, role and overrides
     gpus_per_node: int | None = None  # GPUs one node joins by NVLink (null: the hardware's, 8); caps TP
     kv_transfer: KVTransferConfig = field(default_factory=lambda: KVTransferConfig())
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
@@ -185,10 +186,10 @@ class SignalsConfig:
     ``per_signal`` overrides interval and jitter per signal, e.g. {kv_utilization: {interval_ms: 500}}.
     """
 
-    refresh_interval_ms: float = 0.0
-    jitter_ms: float = 0.0
-    transport_delay_ms: float = 0.0
-    per_signal: dict[str, Any] = field(default_factory=dict)
+    refresh_interval_ms: float = 0.0  # 0: routers read live state; else the scrape interval
+    jitter_ms: float = 0.0  # each interval drawn uniformly within +-jitter_ms
+    transport_delay_ms: float = 0.0  # a scrape becomes visible this much later
+    per_signal: dict[str, Any] = field(default_factory=dict)  # signal name -> {interval_ms, jitter_ms} overriding the two above
 
 
 def _policy_node(name: str, base: list[tuple[str, type, Any]], registry_name: str) -> type:
@@ -232,7 +233,7 @@ class HedgeConfig:
 
 @dataclass
 class PolicyConfig:
-    name: str = "round_robin"
+    name: str = "round_robin"  # the policy's name in outputs (set by the conf/policy file)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     hedge: HedgeConfig = field(default_factory=HedgeConfig)
@@ -251,28 +252,27 @@ class FitnessConfig:
 
 @dataclass
 class SimConfig:
-    """Simulation controls that do not change the modelled system."""
+    """Simulation controls that do not change the modelled system. The measurement window
+    (distsim.metrics.settings), in seconds from t=0: only requests arriving in [warmup_s, warmup_s + measure_s)
+    count in summary.json. The timeline: timeline.json, a Chrome trace of the schedule
+    (distsim/metrics/timeline.py), kept to [timeline_start_s, timeline_end_s) seconds of simulated time."""
 
     horizon_s: float | None = None  # stop here; requests still in flight are 'unfinished'
-    # the measurement window (distsim.metrics.settings), seconds from t=0: only requests arriving in
-    # [warmup_s, warmup_s + measure_s) count (measure_s null: to the end); drain_s stops the run that long after it
-    warmup_s: float = 0.0
-    measure_s: float | None = None
-    drain_s: float | None = None
+    warmup_s: float = 0.0  # start of the window
+    measure_s: float | None = None  # length of the window; null: to the end of the run
+    drain_s: float | None = None  # stop the run this long after the window (sets the horizon); needs measure_s
     fast_forward: bool = True  # skip decode-only stretches in closed form (results are identical)
     write_requests: bool = True  # write requests.parquet
-    # timeline.json, a Chrome trace of the schedule (distsim/metrics/timeline.py), kept to
-    # [timeline_start_s, timeline_end_s) seconds of simulated time (end null: to the end of the run)
-    timeline: bool = False
-    timeline_start_s: float = 0.0
-    timeline_end_s: float | None = None
+    timeline: bool = False  # write timeline.json
+    timeline_start_s: float = 0.0  # keep what overlaps [timeline_start_s, timeline_end_s)
+    timeline_end_s: float | None = None  # null: to the end of the run
     # a progress line on stderr during a long single run (python -m distsim); null: when stderr is a terminal
     progress: bool | None = None
 
 
 @dataclass
 class Config:
-    seed: int = 0
+    seed: int = 0  # the master seed: every random stream derives from it and a subsystem name
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     signals: SignalsConfig = field(default_factory=SignalsConfig)

@@ -30,7 +30,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -100,6 +100,13 @@ class StepBudget:
         return np.bincount(self.index, rel) / self.count
 
 
+def _known(option: str, names: Sequence[str] | None, known: Mapping[str, object]) -> None:
+    """Refuse a name ``known`` lacks: it would silently fit fewer unknowns than asked for."""
+    unknown = [n for n in names or () if n not in known]
+    if unknown:
+        raise UserError(f"{option}: no {', '.join(unknown)}; known: {', '.join(known)}")
+
+
 @dataclass
 class Problem:
     """The unknowns (config keys), their bounds and scales, and how values map onto coefficients."""
@@ -113,7 +120,10 @@ class Problem:
     @classmethod
     def make(cls, base: Roofline3Coefficients, gpu: Sequence[str] | None = None, run_terms: Sequence[str] | None = None) -> Problem:
         """The unknowns: the GPU coefficients named in ``gpu`` (default: all of :data:`GPU`) and the run
-        terms named in ``run_terms`` (default: all of :data:`RUN_TERMS`)."""
+        terms named in ``run_terms`` (default: all of :data:`RUN_TERMS`); a name not among them is a
+        UserError listing the known ones."""
+        _known("--gpu", gpu, GPU)
+        _known("--run-terms", run_terms, RUN_TERMS)
         keys, lo, hi, scale = [], [], [], []
         for name, h in GPU.items():
             if gpu is not None and name not in gpu:
@@ -130,6 +140,8 @@ class Problem:
             lo.append(low)
             hi.append(high)
             scale.append(h)
+        if not keys:
+            raise UserError("--gpu and --run-terms name nothing to fit")
         return cls(keys, np.array(lo), np.array(hi), np.array(scale), base)
 
     def coefficients(self, x: np.ndarray) -> Roofline3Coefficients:
@@ -327,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = split_overrides(args.overrides)[0]  # without the suite's own replay.prompts
         steps = StepBudget(read_steps(args.steps), config)
         base = coefficients_from(latency_settings(config).node, STEP_FIT)
-        split = lambda text: None if text is None else [t for t in text.split(",") if t]  # noqa: E731
+        split = lambda text: None if text is None else [t.strip() for t in text.split(",") if t.strip()]  # noqa: E731
         problem = Problem.make(base, split(args.gpu), split(args.run_terms))
         host = runfit.start_values(args.overrides)  # the front end's; the latency terms from base
         x0 = np.array([getattr(base, k[len(PREFIX):]) if k.startswith(PREFIX) else host[k] for k in problem.keys])

@@ -59,21 +59,22 @@ NONE: Mapping = MappingProxyType({})  # the requests of a part the engine lacks 
 
 @dataclass(frozen=True)
 class EngineParams:
-    """The resolved engine settings of one instance."""
+    """The resolved engine settings of one instance. No field has a default: the config schema
+    (``cluster.engine``, distsim/config/schema.py) holds the one default of each setting."""
 
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int
     total_kv_blocks: int
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    scheduler_reserve_full_isl: bool = True
-    async_scheduling: bool = False  # vLLM's --async-scheduling (distsim.instance.scheduler); the config's default is true
-    scheduler: str = "fcfs"
-    max_model_len: int | None = None  # longest prompt + output accepted; None: no limit
-    cpu_kv_blocks: int = 0  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
-    prefill_batch_min: int | None = None  # windowed prefill batching (distsim.instance.batching); None: no min
-    prefill_batch_window_us: int = 0  # the batching window; 0: off (continuous batching)
+    enable_chunked_prefill: bool
+    enable_prefix_caching: bool
+    scheduler_reserve_full_isl: bool
+    async_scheduling: bool  # vLLM's --async-scheduling (distsim.instance.scheduler)
+    scheduler: str
+    max_model_len: int | None  # longest prompt + output accepted; None: no limit
+    cpu_kv_blocks: int  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
+    prefill_batch_min: int | None  # windowed prefill batching (distsim.instance.batching); None: no min
+    prefill_batch_window_us: int  # the batching window; 0: off (continuous batching)
 
 
 class Instance(Scheduler):

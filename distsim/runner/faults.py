@@ -5,11 +5,14 @@ They let the tests show the failure paths on a real Ray pool without special con
     DISTSIM_FAULT_RAISE=3,5          jobs 3 and 5 raise RuntimeError inside the worker (a bug-like failure)
     DISTSIM_FAULT_EXIT=2:/tmp/mark   the worker running job 2 dies with os._exit the first time
                                      (the marker file records that it did, so the retry succeeds)
+    DISTSIM_FAULT_HANG=2:/tmp/mark   the worker running job 2 sleeps for ever the first time, alive but
+                                     silent (with the marker as above); DISTSIM_FAULT_HANG=2: every time
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 PREFIX = "DISTSIM_FAULT_"
 
@@ -19,15 +22,29 @@ def forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(PREFIX)}
 
 
+def _first_time(spec: str, job_index: int) -> bool:
+    """Whether ``INDEX:MARKER`` names this job and its marker is absent (then written), or ``INDEX:``
+    names it (every time)."""
+    index, _, marker = spec.partition(":")
+    if index != str(job_index):
+        return False
+    if not marker:
+        return True
+    if os.path.exists(marker):
+        return False
+    with open(marker, "w") as fh:
+        fh.write(f"{os.getpid()}\n")
+    return True
+
+
 def inject(job_index: int) -> None:
-    """Raise or exit here if the environment asks for it for this job."""
+    """Raise, exit or hang here if the environment asks for it for this job."""
     raise_list = os.environ.get(PREFIX + "RAISE", "")
     if raise_list and str(job_index) in raise_list.split(","):
         raise RuntimeError(f"injected fault in job {job_index}")
     spec = os.environ.get(PREFIX + "EXIT", "")
-    if spec:
-        index, _, marker = spec.partition(":")
-        if index == str(job_index) and marker and not os.path.exists(marker):
-            with open(marker, "w") as fh:
-                fh.write(f"{os.getpid()}\n")
-            os._exit(17)
+    if spec and spec.partition(":")[2] and _first_time(spec, job_index):
+        os._exit(17)
+    spec = os.environ.get(PREFIX + "HANG", "")
+    if spec and _first_time(spec, job_index):
+        threading.Event().wait()

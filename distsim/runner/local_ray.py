@@ -1,10 +1,10 @@
-"""The private local Ray a sweep starts when ``runner.address`` is null: loopback only, quiet, and gone
-when the driver is.
+"""The private local Ray a sweep starts when ``runner.address`` is null: loopback only, quiet, and gone when
+the driver is.
 
-What Ray 2.60 does on its own, measured on this machine (README, "Sweeps on Ray"): it takes the machine's
-interface address as the node IP, so the runtime-env agent and the dashboard agent's HTTP server bind that
-address and every gRPC server (GCS, raylet, workers, the driver) binds all interfaces; it switches token
-authentication on with a warning on stderr and writes a token to ~/.ray/auth_token; and after a
+What Ray 2.60 does on its own, measured on this machine (docs/guide/sweeps.md, "The local Ray"): it takes the
+machine's interface address as the node IP, so the runtime-env agent and the dashboard agent's HTTP server
+bind that address and every gRPC server (GCS, raylet, workers, the driver) binds all interfaces; it switches
+token authentication on with a warning on stderr and writes a token to ~/.ray/auth_token; and after a
 ``kill -9`` of the driver the dashboard and runtime-env agents stay up for about a minute (they report the
 raylet's death to the GCS, which died with it). Here:
 

@@ -76,7 +76,7 @@ def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def retried_jobs(results: pd.DataFrame) -> dict[int, int]:
-    """Jobs that ran more than once because their worker died, with their attempts."""
+    """Jobs that ran more than once because their worker died or hung, with their attempts."""
     column = RUN_PREFIX + "attempts"
     if column not in results:
         return {}

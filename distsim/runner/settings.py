@@ -26,5 +26,7 @@ class RunnerSettings(RunnerConfig):
             raise ConfigError("runner.num_workers", f"must be >= 1 or null (got {self.num_workers})")
         if self.max_retries < 0:
             raise ConfigError("runner.max_retries", f"must be >= 0 (got {self.max_retries})")
+        if self.job_timeout_s is not None and not self.job_timeout_s > 0:
+            raise ConfigError("runner.job_timeout_s", f"must be > 0 seconds or null (got {self.job_timeout_s})")
         if not 0 < self.alpha < 1:
             raise ConfigError("runner.alpha", f"must be in (0, 1) (got {self.alpha})")

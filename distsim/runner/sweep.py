@@ -32,6 +32,7 @@ from distsim.runner.rows import frame, retried_jobs
 from distsim.runner.session import connect, probe, ray_initialised
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.table import report_text
+from distsim.runner.watchdog import Watchdog
 
 
 @dataclass
@@ -82,9 +83,21 @@ def _on_row(progress: Progress, rows: list[dict[str, Any]]) -> Callable[[dict[st
         progress.update(ok=int(ok), failed=int(not ok))
         if not ok:
             lead = "\n" if progress.tty else ""
-            print(f"{lead}job {row['job']} failed: {row['error']}", file=sys.stderr)
+            print(f"{lead}job {row['job']} [{row['overrides']}] failed: {row['error']}", file=sys.stderr)
 
     return on_row
+
+
+def _on_retry(progress: Progress, tries: int) -> Callable[[Job, int, str], None]:
+    def on_retry(job: Job, attempt: int, reason: str) -> None:
+        lead = "\n" if progress.tty else ""
+        print(
+            f"{lead}job {job.index} [{job.overrides_str}]: {reason}; "
+            f"its worker was replaced, try {attempt} of {tries}",
+            file=sys.stderr,
+        )
+
+    return on_retry
 
 
 def _execute(
@@ -109,8 +122,9 @@ def _execute(
         workers = max(1, min(settings.num_workers or session.cpus, len(todo)))
         options: dict[str, Any] = {"num_cpus": 1.0 if workers <= session.cpus else session.cpus / workers}
         pool = ActorPool(
-            workers, str(sweep_dir), {}, settings.max_retries, options, (cwd, faults.forwarded_env())
-        )
+            workers, str(sweep_dir), {}, settings.max_retries, options, (cwd, faults.forwarded_env()),
+            watchdog=Watchdog(settings.job_timeout_s),
+        )  # fmt: skip
         pool.times = times
         times.startup_s = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -125,7 +139,11 @@ def _execute(
             f"{session.cpus} CPUs{shipped}) -> {sweep_dir}",
             file=sys.stderr,
         )
-        events = PoolEvents(_on_row(progress, rows), lambda running: progress.update(running=running))
+        events = PoolEvents(
+            _on_row(progress, rows),
+            lambda running: progress.update(running=running),
+            _on_retry(progress, settings.max_retries + 1),
+        )
         pool.run(todo, compose_key, events)
         return workers, times, pool.replaced
     finally:

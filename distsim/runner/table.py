@@ -106,7 +106,7 @@ def report_text(outcome: SweepOutcome, alpha: float = 0.05) -> str:
     retried = retried_jobs(outcome.results)
     if retried:
         each = ", ".join(f"job {job} ({n} attempts)" for job, n in sorted(retried.items()))
-        status += f"; retried after their worker died: {each}"
+        status += f"; retried after their worker died or hung: {each}"
     lines.append(f"{status}; {outcome.wall_s:.1f} s")
     lines.append(
         f"results: {outcome.sweep_dir / store.RESULTS_FILE}  ranking: {outcome.sweep_dir / store.RANKING_FILE}"

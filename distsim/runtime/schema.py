@@ -13,7 +13,7 @@ class CurveConfig:
     (the catalog model's FLOPs and bytes on the pool's GPU), ``table`` (a fitted grid, interpolated) or
     ``fixed`` (one time for every batch). Keys of the other kinds stay null."""
 
-    kind: str = "roofline"
+    kind: str = "roofline"  # roofline | table | fixed
     batch_ms: float | None = None  # fixed: every batch takes this long
     batch_sizes: list[int] | None = None  # table: the grid's batch sizes (items), ascending
     sizes: list[float] | None = None  # table: the grid's request sizes (the type's unit), ascending
@@ -32,5 +32,5 @@ class RuntimeConfig:
     serves: str | None = None  # the request type it serves (workload.mix); null: its model's modality
     max_batch_size: int = 8  # items (images, audio windows) per batch
     batch_window_ms: float = 0.0  # 0: a batch leaves with what is queued as soon as a slot is free
-    concurrency: int = 1
+    concurrency: int = 1  # batches in flight at once (Triton's instance count)
     curve: CurveConfig = field(default_factory=CurveConfig)

@@ -19,18 +19,18 @@ class DistConfig:
     ``min``/``max`` clamp every draw; for ``normal`` they truncate instead (out-of-range draws are redrawn).
     """
 
-    dist: str = "fixed"
+    dist: str = "fixed"  # fixed | uniform | lognormal | exponential | normal | empirical
     value: float | None = None  # fixed
     low: float | None = None  # uniform (integer lengths: inclusive bounds)
-    high: float | None = None
+    high: float | None = None  # uniform
     mu: float | None = None  # lognormal (of the underlying normal)
-    sigma: float | None = None
+    sigma: float | None = None  # lognormal
     mean: float | None = None  # exponential, normal
     std: float | None = None  # normal
     path: str | None = None  # empirical: a CSV file (relative: cwd, then the repository root)
     column: str | None = None  # empirical: which column (null: the file's only column)
     min: float | None = None  # clamps applied after drawing
-    max: float | None = None
+    max: float | None = None  # clamp above
 
 
 
@@ -38,7 +38,7 @@ class DistConfig:
 class ArrivalConfig:
     """The arrival process: poisson | gamma | mmpp | constant | schedule."""
 
-    process: str = "poisson"
+    process: str = "poisson"  # poisson | gamma | mmpp | constant | schedule
     rate_rps: float | None = 10.0  # poisson, gamma, constant
     cv: float | None = None  # gamma: coefficient of variation of inter-arrival times
     rates_rps: list[float] | None = None  # mmpp: rate per state; schedule: rate per segment
@@ -54,9 +54,9 @@ class PrefixConfig:
     A request that uses one gets the group's prompt prepended to its own drawn input tokens.
     """
 
-    groups: int = 0
-    tokens: int = 0
-    share: float = 0.0
+    groups: int = 0  # distinct shared prompts (0: none)
+    tokens: int = 0  # tokens of each shared prompt
+    share: float = 0.0  # of requests that open with one
     zipf_s: float = 1.0  # popularity of group i is proportional to (i + 1) ** -zipf_s
     group_tokens: list[int] | None = None  # per-group lengths (overrides ``tokens``)
 
@@ -65,11 +65,11 @@ class PrefixConfig:
 class SLOClassConfig:
     """An SLO class: a share of requests with their own objectives, priority and (optional) lengths."""
 
-    name: str = "default"
+    name: str = "default"  # names the class in summary.json
     share: float = 1.0  # relative weight among classes
     ttft_ms: float | None = None  # null: workload.slo.ttft_ms
-    tpot_ms: float | None = None
-    priority: int | None = None
+    tpot_ms: float | None = None  # null: workload.slo.tpot_ms
+    priority: int | None = None  # null: workload.slo.priority; the priority scheduler serves higher first
     input_tokens: DistConfig | None = None  # null: workload.input_tokens
     output_tokens: DistConfig | None = None
 
@@ -78,9 +78,9 @@ class SLOClassConfig:
 class SLOConfig:
     """Default latency objectives used for goodput (a request meets both to count), and SLO classes."""
 
-    ttft_ms: float = 2000.0
-    tpot_ms: float = 100.0
-    priority: int = 0
+    ttft_ms: float = 2000.0  # time to first token objective
+    tpot_ms: float = 100.0  # time per output token objective
+    priority: int = 0  # for cluster.engine.scheduler=priority
     classes: list[SLOClassConfig] | None = None  # null: one class named "default"
 
 
@@ -89,9 +89,9 @@ class TenantProfileConfig:
     """What sets one tenant apart; every field is optional and wins over its class's value."""
 
     slo_class: str | None = None  # all of this tenant's requests are in this class
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    priority: int | None = None
+    ttft_ms: float | None = None  # null: its class's
+    tpot_ms: float | None = None  # null: its class's
+    priority: int | None = None  # null: its class's
     input_tokens: DistConfig | None = None
     output_tokens: DistConfig | None = None
 
@@ -100,7 +100,7 @@ class TenantProfileConfig:
 class TenantsConfig:
     """``count`` tenants with Zipf-skewed shares of the requests (or explicit ``shares``)."""
 
-    count: int = 1
+    count: int = 1  # tenants (1: no tenants)
     zipf_s: float = 1.0  # share of tenant i is proportional to (i + 1) ** -zipf_s
     shares: list[float] | None = None  # explicit relative shares, one per tenant
     profiles: list[TenantProfileConfig] | None = None  # profile i belongs to tenant i
@@ -113,7 +113,7 @@ class SessionConfig:
     Turn k+1 arrives a think time after turn k arrived (open loop: the workload does not see responses).
     """
 
-    enabled: bool = False
+    enabled: bool = False  # multi-turn sessions on
     turns: DistConfig = field(default_factory=lambda: DistConfig(dist="uniform", low=2, high=6))
     think_time_s: DistConfig = field(default_factory=lambda: DistConfig(dist="exponential", mean=10.0))
     max_context_tokens: int | None = None  # a session ends before a follow-up's prompt would exceed this
@@ -148,7 +148,7 @@ class WorkloadConfig:
     time_scale: float = 1.0  # multiply inter-arrival times (0.5 = twice the rate)
     target_rate_rps: float | None = None  # rescale times to this mean rate (instead of time_scale)
     start_s: float | None = None  # window [start_s, end_s) in trace seconds after the first row
-    end_s: float | None = None
+    end_s: float | None = None  # null: to the end of the trace
     max_rows: int | None = None  # read at most this many rows (after the window start)
     jitter_s: float | None = None  # add uniform [0, jitter_s) to each arrival (smooths ticked traces)
     # request types (distsim.workload.mix): shares by type name, e.g. {llm: 0.7, vision: 0.2, asr: 0.1};

@@ -15,10 +15,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SloDefaults:
-    """The workload's default SLOs (a request without its own class's SLO is held to these)."""
+    """The workload's default SLOs (a request without its own class's SLO is held to these). No defaults:
+    ``workload.slo`` in the config schema holds them."""
 
-    ttft_ms: float = float("inf")
-    tpot_ms: float = float("inf")
+    ttft_ms: float
+    tpot_ms: float
 
 
 def slo_defaults(workload: WorkloadConfig) -> SloDefaults:

@@ -28,7 +28,7 @@ from distsim.fidelity.multifit.report import (
     folds_markdown,
 )
 from distsim.fidelity.multifit.space import DEFAULT_PARAMS, parse_params, start_values
-from distsim.fidelity.suite.data import read_suite
+from distsim.fidelity.suite.data import parse_ids, read_suite
 from distsim.fidelity.suite.replay import medians, medians_table
 
 SUITE_BUDGET = 100  # evaluations; each replays every run (about 7 s for the 13 H100 runs on 2 cores)
@@ -120,8 +120,7 @@ def run(ns: argparse.Namespace, overrides: list[str], command: str) -> int:
         outputs.prepare_file(out)
         params = parse_params(ns.params)
         suite = read_suite(ns.suite)
-        ids = None if ns.runs is None else [r.strip() for r in ns.runs.split(",") if r.strip()]
-        runs, skipped = fit_runs(suite, ids)
+        runs, skipped = fit_runs(suite, parse_ids(ns.runs))
         start = start_values(params, overrides)
         ctx = FitContext(ns.suite, runs, skipped, overrides, workers, command)
         with ReplayPool(overrides, workers) as pool:

@@ -106,14 +106,8 @@ def suite_objective(runs: Sequence[RunError]) -> float:
 
 def fit_runs(suite: Suite, ids: Sequence[str] | None = None) -> tuple[list[SuiteRun], list[tuple[str, str]]]:
     """The runs to fit (those of ``ids``, or all) that can be compared, and (id, reason) for the rest."""
-    known = [r.id for r in suite.runs]
-    unknown = [i for i in ids or () if i not in known]
-    if unknown:
-        raise UserError(f"--runs: no run {', '.join(unknown)} in {suite.root} (runs: {', '.join(known)})")
     runs, skipped = [], []
-    for run in suite.runs:
-        if ids is not None and run.id not in ids:
-            continue
+    for run in suite.select(ids):
         reason = skip_reason(run, suite)
         if reason is None:
             runs.append(run)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from distsim import inputs, outputs
-from distsim.errors import InputFileError
+from distsim.errors import InputFileError, UserError
 from distsim.fidelity.run import EngineSettings
 
 EXPERIMENT_COLUMNS = (
@@ -80,6 +81,27 @@ class Suite:
 
     def measured_for(self, run: SuiteRun) -> pd.DataFrame:
         return self.measured[self.measured["folder"] == run.folder]
+
+    def select(self, ids: Sequence[str] | None, option: str = "--runs") -> list[SuiteRun]:
+        """The runs named by ``ids`` (all for None), in the folder's order; an id the folder lacks is a
+        UserError naming it and listing the folder's ids, so a typo is never an empty table."""
+        if ids is None:
+            return list(self.runs)
+        known = [r.id for r in self.runs]
+        unknown = [i for i in dict.fromkeys(ids) if i not in known]
+        if unknown:
+            raise UserError(f"{option}: no run {', '.join(unknown)} in {self.root} (runs: {', '.join(known)})")
+        return [r for r in self.runs if r.id in ids]
+
+
+def parse_ids(text: str | None, option: str = "--runs") -> list[str] | None:
+    """A comma-separated list of run ids (None when the option is absent); an empty list is a UserError."""
+    if text is None:
+        return None
+    ids = [part.strip() for part in text.split(",") if part.strip()]
+    if not ids:
+        raise UserError(f"{option}: no run id given (got {text!r})")
+    return ids
 
 
 def _integer(value: Any, name: str, path: Path, where: str, line: int | None = None) -> int:

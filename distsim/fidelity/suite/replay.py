@@ -42,7 +42,7 @@ from distsim.config.compose import load_config
 from distsim.config.schema import EngineConfig, LatencyConfig
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
-from distsim.fidelity.suite.data import Suite, SuiteRun, pool_trace, read_suite
+from distsim.fidelity.suite.data import Suite, SuiteRun, parse_ids, pool_trace, read_suite
 from distsim.fidelity.suite.metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
 from distsim.runner.overrides import from_lines
 from distsim.simulate import simulate
@@ -180,13 +180,12 @@ def replay_suite(
     progress: Callable[[str], None] | None = None,
 ) -> SuiteResult:
     """Replay the suite's runs (those in ``runs`` by id, or all) and compare them with the measurements."""
+    selected = suite.select(runs)  # an unknown id stops here, before any replay
     load_config(split_overrides(overrides)[0])  # a bad override stops here, once, not once per run
     peers = sorted(suite.measured["simulator"].unique())
     result = SuiteResult(pd.DataFrame(columns=[*TABLE_COLUMNS, *(f"mpe_{p}" for p in peers)]), peers)
     tables = []
-    for run in suite.runs:
-        if runs is not None and run.id not in runs:
-            continue
+    for run in selected:
         reason = skip_reason(run, suite)
         if reason is None:
             started = time.perf_counter()
@@ -309,8 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         out = outputs.prepare_dir(args.out)
         suite = read_suite(args.folder)
-        runs = None if args.runs is None else [r.strip() for r in args.runs.split(",") if r.strip()]
-        result = replay_suite(suite, args.overrides, runs, progress=lambda line: print(line, file=sys.stderr))
+        result = replay_suite(suite, args.overrides, parse_ids(args.runs), progress=lambda line: print(line, file=sys.stderr))
         write_result(result, out, args.folder, args.overrides)
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The per-operator step model of issue 24 (``cluster.latency.kind=roofline3``): every term a kernel
+"""The per-operator step model, the default (``cluster.latency.kind=roofline3``): every term a kernel
 class, each coefficient pinned by a measurement (docs/fidelity.md, "The step model, term by term").
 
 For a step of P prompt tokens in S chunks (prefill_attn_pairs A, prefill_kv_tokens K) and D decoding
@@ -102,7 +102,7 @@ class Roofline3Coefficients:
 
 
 DEFAULTS = Roofline3Coefficients()
-# the step-only fit (python -m distsim.fidelity.steps ... --nnls), with the issue-17 host terms: where the runfit and
+# the step-only fit (python -m distsim.fidelity.steps ... --nnls), with the per-layer roofline's host terms: where the runfit and
 # the joint refit (python -m distsim.fidelity.jointfit, measured and not shipped: docs/fidelity.md) start from
 STEP_FIT = replace(DEFAULTS, sequence_overhead_us=5.82, step_overhead_us=864.0)
 # name -> (low, high, low bound open)

@@ -1,5 +1,5 @@
-"""scripts/search_readme.py writes README's policy search results from a search's tables (here a tiny
-fake held-out frame and candidates table), between its markers, and nowhere else."""
+"""scripts/search_tables.py writes the policy search page's results (docs/guide/search.md) from a search's
+tables (here a tiny fake held-out frame and candidates table), between its markers, and nowhere else."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("search_readme", ROOT / "scripts" / "search_readme.py")
+    spec = importlib.util.spec_from_file_location("search_tables", ROOT / "scripts" / "search_tables.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -74,7 +74,7 @@ def test_the_section_reports_training_and_every_held_out_family():
 
 def test_the_section_goes_between_the_markers_and_nowhere_else(tmp_path):
     script = _script()
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "search.md"
     readme.write_text(f"# title\n\nbefore\n{script.BEGIN}\nold table\n{script.END}\nafter\n", encoding="utf-8")
     text = script.section(*fake_search())
     script.replace_block(readme, text, script.BEGIN, script.END)
@@ -84,7 +84,7 @@ def test_the_section_goes_between_the_markers_and_nowhere_else(tmp_path):
     script.replace_block(readme, text, script.BEGIN, script.END)  # the same tables: the same file
     assert readme.read_text(encoding="utf-8") == body
     readme.write_text("no markers\n", encoding="utf-8")
-    with pytest.raises(SystemExit, match="no .*search_readme.py"):
+    with pytest.raises(SystemExit, match="no .*search_tables.py"):
         script.replace_block(readme, text, script.BEGIN, script.END)
 
 
@@ -113,3 +113,17 @@ def test_a_pareto_search_reports_the_front_and_every_built_ins_point():
     assert "1 of 2 candidates on the first front over ttft_p99_ms, tpot_p99_ms" in text
     assert "matches or dominates 1 of 2 built-ins' points" in text
     assert "| weighted | +0.0% | +0.0% | +0.0% | yes |" in text and "| round_robin | +20.0% | -5.0% | -30.0% | no |" in text
+
+
+def test_the_page_it_writes_holds_its_markers_once(tmp_path):
+    """A dry run on a copy of the real page: the block is found, replaced, and the rest kept."""
+    script = _script()
+    page = tmp_path / "search.md"
+    original = script.PAGE.read_text(encoding="utf-8")
+    assert original.count(script.BEGIN) == 1 and original.count(script.END) == 1
+    page.write_text(original, encoding="utf-8")
+    script.replace_block(page, "new tables", script.BEGIN, script.END)
+    body = page.read_text(encoding="utf-8")
+    assert f"{script.BEGIN}\nnew tables\n{script.END}" in body
+    assert body.split(script.BEGIN)[0] == original.split(script.BEGIN)[0]
+    assert body.split(script.END)[1] == original.split(script.END)[1]
