@@ -20,6 +20,7 @@ from distsim.config.compose import CONF_DIR, skip_hydra_mode_compose
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError, print_warnings_as_lines
 from distsim.hydra_entry import install as install_hydra_entry
+from distsim.provenance import mark_from_hydra
 from distsim.run_dir import exit_if_unwritable
 
 register_schemas()
@@ -37,6 +38,7 @@ def main(cfg: DictConfig) -> float | None:
     from distsim.progress import wanted
 
     out_dir = HydraConfig.get().runtime.output_dir
+    mark_from_hydra(cfg)  # the keys the user set: "set but not used" warns only of those
     regret = None
     stage = f"interrupted while simulating: no output written ({out_dir})"
     try:

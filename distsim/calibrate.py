@@ -1,10 +1,20 @@
-"""``python -m distsim.calibrate RUN_DIR... [--model roofline|linear] [--out PROFILE]``: fit a latency model.
+"""``python -m distsim.calibrate RUN_DIR... [--model roofline3|roofline|linear] [--out PROFILE]``: fit a latency model.
 
-Fits the free coefficients of the chosen latency model (roofline: compute_efficiency,
-memory_efficiency, step_overhead_us; linear: base_us, per_prefill_token_us, per_decode_token_us) by
+Fits the free coefficients of the chosen latency model (roofline3, the shipped model, by default:
+compute_efficiency, memory_efficiency, layer_overhead_us, every other term at its shipped value;
+roofline: compute_efficiency, memory_efficiency, step_overhead_us; linear: base_us,
+per_prefill_token_us, per_decode_token_us) by
 replaying the runs and minimising the simulated-vs-measured error (distsim.fidelity.fit), then writes
 a latency profile that ``cluster.latency.profile=PATH`` (or a shipped NAME) loads. Arguments with
 ``=`` are simulator overrides, applied to every run.
+
+One command for the calibration pipeline, by subcommand (each the module named, same arguments):
+
+    python -m distsim.calibrate steps FOLDER ...      # the kernels on step tables (distsim.fidelity.steps)
+    python -m distsim.calibrate runs FOLDER ...       # the serving and front-end terms on a suite of runs,
+                                                      # the kernels frozen (distsim.fidelity.runfit)
+    python -m distsim.calibrate residuals FOLDER ...  # where each run's error sits (distsim.fidelity.residuals)
+    python -m distsim.calibrate validate RUN ...      # one run against the simulator (distsim.validate)
 
 ``python -m distsim.calibrate --suite FOLDER [--params KEY=LOW:HIGH[:log],...] [--leave-one-model-out]``
 fits ONE set of config values over every run of a suite folder (``../shared/data/h100_vllm_runs``
@@ -90,7 +100,7 @@ def _provenance(
 
 def calibrate(
     runs: Sequence[MeasuredRun],
-    kind: str = "roofline",
+    kind: str = "roofline3",
     overrides: Sequence[str] = (),
     *,
     budget: int = 300,
@@ -109,7 +119,7 @@ def calibrate(
     profile = LatencyProfile(
         name=name,
         kind=kind,
-        coefficients={k: round(v, 6) for k, v in result.coefficients.items()},
+        coefficients={k: round(v, 6) for k, v in _every_coefficient(kind, result.coefficients).items()},
         fitted_on={
             "model": model,
             "hardware": hardware,
@@ -120,11 +130,23 @@ def calibrate(
     return Calibration(result, profile)
 
 
+def _every_coefficient(kind: str, fitted: dict[str, float]) -> dict[str, float]:
+    """roofline3: the fitted coefficients with every other at its shipped value, so that a profile keeps
+    giving what it was fitted with when the defaults change."""
+    if kind != "roofline3":
+        return dict(fitted)
+    from dataclasses import asdict
+
+    from distsim.instance.latency.roofline3 import DEFAULTS
+
+    return {**{k: float(v) for k, v in asdict(DEFAULTS).items()}, **fitted}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m distsim.calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("args", nargs="*", help="run folders or CSV runs, and overrides (key=value)")
     parser.add_argument(
-        "--model", choices=("roofline", "linear"), help="latency model to fit (default roofline)"
+        "--model", choices=("roofline3", "roofline", "linear"), help="latency model to fit (default roofline3, the shipped model)"
     )
     parser.add_argument(
         "--out", help="profile file to write (default: ./NAME.json; --suite: ./multifit.json)"
@@ -139,18 +161,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subcommands() -> dict[str, object]:
+    from distsim import validate
+    from distsim.fidelity import residuals, runfit
+    from distsim.fidelity.steps import cli as steps
+
+    return {"steps": steps.main, "runs": runfit.main, "residuals": residuals.main, "validate": validate.main}
+
+
+SUBCOMMANDS = ("steps", "runs", "residuals", "validate")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:  # the pipeline's steps (module docstring)
+        return _subcommands()[argv[0]](argv[1:])
     parser = _parser()
     ns = parser.parse_intermixed_args(argv)
     overrides = [a for a in ns.args if "=" in a]
     paths = [a for a in ns.args if "=" not in a]
     multifit_cli.check(parser, ns, paths)
-    command = "python -m distsim.calibrate " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
+    command = "python -m distsim.calibrate " + shlex.join(argv)
     if ns.suite is not None:
         return multifit_cli.run(ns, overrides, command)
     if not paths:
         parser.error("give at least one run (or --suite FOLDER)")
-    kind, budget = ns.model or "roofline", ns.budget or 300
+    kind, budget = ns.model or "roofline3", ns.budget or 300
     try:
         if ns.out:
             outputs.prepare_file(ns.out)  # a bad --out fails before the fit, not after it

@@ -7,7 +7,8 @@ OSError while writing ``.hydra/config.yaml`` (a full disk). :func:`install` wrap
 functions, in this process only:
 
 - ``Hydra.compose_config`` raises :func:`distsim.config.compose.composition_error` (a ConfigError naming the
-  key and the rule, as ``load_config`` does) instead of Hydra's composition errors;
+  key and the rule, as ``load_config`` does) instead of Hydra's composition errors, and refuses a key added
+  with ``+`` where the schema is closed (distsim.config.known_keys);
 - ``hydra.core.utils._save_config`` raises an :class:`~distsim.errors.OutputError` naming the file it could
   not write;
 - ``run_and_report``, which reports whatever escapes Hydra's run, prints a UserError as
@@ -42,14 +43,17 @@ def _compose_reporting_the_key(original: Callable[P, R]) -> Callable[P, R]:
     from omegaconf.errors import OmegaConfBaseException
 
     from distsim.config.compose import composition_error
+    from distsim.config.known_keys import check_known_keys
 
     def compose_config(*args: P.args, **kwargs: P.kwargs) -> R:  # a method: the Hydra object comes first
         try:
-            return original(*args, **kwargs)
+            cfg = original(*args, **kwargs)
         except (HydraException, OmegaConfBaseException) as err:
             if _full_error():
                 raise
             raise composition_error(err) from None
+        check_known_keys(cfg)  # type: ignore[arg-type]  # a key added with + where the schema is closed
+        return cfg
 
     return compose_config
 

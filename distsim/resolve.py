@@ -24,9 +24,11 @@ from distsim.cells import settings as cells_settings
 from distsim.cells.settings import CellSettings
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.pools import PoolSpec, resolve_pools
+from distsim.config.known_keys import check_known_keys
 from distsim.config.settings import SimSettings, sim_settings
 from distsim.errors import ConfigError, warn_config
 from distsim.metrics import settings as metrics_settings
+from distsim.provenance import scope as provenance_scope
 from distsim.request import Request
 from distsim.signals import settings as signal_settings
 from distsim.workload.settings import slo_defaults
@@ -69,6 +71,12 @@ def resolve(cfg: DictConfig, requests: Iterable[Request] | None = None) -> Scena
     ``requests`` replaces the configured workload (tests and validation feed exact request lists);
     the workload config is then not read.
     """
+    check_known_keys(cfg)  # a config composed elsewhere than load_config (a sweep's, the search's)
+    with provenance_scope(cfg):  # "set but not used" warnings: only for keys the user set
+        return _resolve(cfg, requests)
+
+
+def _resolve(cfg: DictConfig, requests: Iterable[Request] | None) -> Scenario:
     sim = sim_settings(cfg)
     fitness = metrics_settings.fitness(cfg.fitness)
     signals = signal_settings.signals(cfg.signals)

@@ -13,6 +13,7 @@ import math
 from collections.abc import Collection, Mapping
 
 from distsim.errors import ConfigError, warn_config
+from distsim.provenance import user_set_within
 
 
 def required(key: str, value, why: str):
@@ -96,13 +97,14 @@ def warn_unread(node: Mapping[str, object], key: str, reads: Collection[str], wh
     names in ``reads``): ``KEY.NAME: is set, but WHY``, e.g. why = "dist 'lognormal' does not use it".
 
     Set means not null or empty and not the schema's default (``defaults``: the dataclass or mapping the
-    node was built from; None: every default is null). A default is no one's setting: the default
-    workload's lognormal lengths keep the schema's ``value: 512`` beside ``mu`` and ``sigma``, unread."""
+    node was built from; None: every default is null) and set by the user (distsim.provenance). A
+    default is no one's setting: the default workload's lognormal lengths keep the schema's ``value: 512``
+    beside ``mu`` and ``sigma``, unread; nor is a value inherited from a config the user did not choose."""
     for name, value in node.items():
         default = None
         if defaults is not None:
             default = defaults.get(name) if isinstance(defaults, dict) else getattr(defaults, name, None)
-        if name not in reads and is_set(value, default):
+        if name not in reads and is_set(value, default) and user_set_within(f"{key}.{name}"):
             warn_config(f"{key}.{name}", f"is set, but {why}")
 
 

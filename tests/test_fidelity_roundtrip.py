@@ -3,6 +3,7 @@ that made them, and the two commands write what they promise."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -121,5 +122,19 @@ def test_calibrate_cli_writes_a_loadable_profile(synthetic_run, tmp_path):
     profile = read_profile(out)
     assert profile.kind == "linear" and set(profile.coefficients) == set(TRUTH)
     assert profile.provenance["evaluations"] <= 40
+    v = validate(synthetic_run, [f"cluster.latency.profile={out}"])
+    assert np.isfinite(v.comparison["e2e_ms.mean"].error_pct)
+
+
+def test_calibrate_fits_the_shipped_model_by_default(synthetic_run, tmp_path):
+    """A user's own run calibrates roofline3 (the shipped model): its GPU rates and per-layer time
+    fitted, every other term written at its shipped value; the profile loads and replays."""
+    from distsim.instance.latency.roofline3 import Roofline3Coefficients
+
+    out = tmp_path / "r3.json"
+    assert calibrate_main([str(synthetic_run), "--budget", "6", "--out", str(out)]) == 0
+    profile = read_profile(out)
+    assert profile.kind == "roofline3"
+    assert set(profile.coefficients) == {f.name for f in dataclasses.fields(Roofline3Coefficients)}
     v = validate(synthetic_run, [f"cluster.latency.profile={out}"])
     assert np.isfinite(v.comparison["e2e_ms.mean"].error_pct)

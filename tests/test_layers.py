@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # output: the ground every layer stands on
     ("base", ("distsim.errors", "distsim.registry", "distsim.validators", "distsim.request", "distsim.inputs",
               "distsim.outputs", "distsim.run_dir", "distsim.report_table", "distsim.metrics.columns",
-              "distsim.protocols")),  # protocols: what the world, a replica and a signal source offer
+              "distsim.protocols",  # protocols: what the world, a replica and a signal source offer
+              "distsim.provenance", "distsim.typed_merge")),  # the keys the user set; a user's mapping on a typed node
     # the features' config schemas and the registries whose members' parameters become keys; the autoscale node's
     # settings, which every pool's resolution (distsim.cluster.pools) checks
     ("schema", ("distsim.workload.schema", "distsim.runtime.schema", "distsim.autoscale.schema",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from distsim.cells.registry import FRONTS
 from distsim.errors import ConfigError, warn_config
+from distsim.provenance import user_set_within
 from distsim.validators import integer, ms_to_us, non_negative, positive
 
 if TYPE_CHECKING:
@@ -85,6 +86,6 @@ def cells(cfg: DictConfig, pools: Sequence[PoolSpec]) -> CellSettings:
         spill_threshold=threshold,
         max_hops=integer(f"{key}.spill.max_hops", cfg.spill.max_hops, low=1),
     )
-    if count == 1 and dataclasses.replace(settings, front=None) != CellSettings():
+    if count == 1 and dataclasses.replace(settings, front=None) != CellSettings() and user_set_within(key):
         warn_config(f"{key}.count", "is 1: no cell layer, so the other cluster.cells settings have no effect")
     return settings

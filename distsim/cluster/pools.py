@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from distsim.autoscale.settings import resolve_autoscale
 from distsim.cluster import checks
@@ -16,6 +16,7 @@ from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
+from distsim.typed_merge import merge_onto
 
 if TYPE_CHECKING:
     from distsim.autoscale.settings import AutoscaleSettings
@@ -48,15 +49,6 @@ class PoolSpec:
     def built_count(self) -> int:
         """Instances to build: an autoscaled pool builds its ``max`` (``count`` of them serve at first)."""
         return self.autoscale.max_replicas if self.autoscale is not None else self.count
-
-
-def _merged(base: DictConfig, overrides: RawPool | None, key: str) -> DictConfig:
-    overrides = overrides or {}
-    keys = overrides.keys() if isinstance(overrides, (dict, DictConfig)) else ()
-    extra = set(keys) - set(base.keys())
-    if extra:
-        raise ConfigError(f"{key}.{sorted(extra)[0]}", f"unknown key; known: {', '.join(sorted(base.keys()))}")
-    return OmegaConf.merge(base, overrides)
 
 
 def _raw_pools(cluster: DictConfig) -> tuple[list[RawPool], list[str]]:
@@ -124,8 +116,8 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     from distsim.catalog import load_hardware
 
     engine_key = "cluster.engine" if key == "cluster" else f"{key}.engine"
-    engine = _merged(cluster.engine, raw.get("engine"), engine_key)
-    latency_cfg = _merged(cluster.latency, raw.get("latency"), "cluster.latency" if key == "cluster" else f"{key}.latency")
+    engine = merge_onto(cluster.engine, raw.get("engine"), engine_key)
+    latency_cfg = merge_onto(cluster.latency, raw.get("latency"), "cluster.latency" if key == "cluster" else f"{key}.latency")
     checks.engine(engine, engine_key)
     hardware = load_hardware(raw.get("hardware") or cluster.hardware, f"{key}.hardware" if raw.get("hardware") else "cluster.hardware")
     tp, dp = engine.tensor_parallel_size, engine.data_parallel_size
@@ -139,7 +131,9 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     params = _engine_params(engine, model, hardware, engine_key, cluster.gpus_per_node)
     ep = bool(engine.enable_expert_parallel)
     checks.expert_parallel(ep, model, engine_key, tp, dp)
-    latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp, dp, ep))
+    latency = build_latency_model(latency_cfg, LatencyContext(
+        model, hardware, tp, dp, ep, params.max_num_seqs, params.max_num_batched_tokens, params.async_scheduling
+    ))
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
         "cluster.instances" if key == "cluster" else f"{key}.count", model.weight_bytes_per_gpu(tp, dp if ep else 1),

@@ -10,56 +10,19 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import OmegaConfBaseException
 
+from distsim.config.known_keys import check_known_keys
 from distsim.config.schema import register_schemas
 from distsim.errors import ConfigError, UserError
+from distsim.provenance import mark as mark_user_set
+from distsim.typed_merge import first_line, omegaconf_rule
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 class OverrideError(ConfigError):
     """An override or config file Hydra could not compose (wrong type, unknown key or group option)."""
-
-
-# OmegaConf's type refusals (omegaconf 2.3's wording) -> the rule in distsim's words
-_TYPE_RULES = (
-    ("could not be converted to Float", "must be a number"),
-    ("could not be converted to Integer", "must be an integer"),
-    ("is not a valid bool", "must be true or false"),
-    ("to string", "must be a string"),
-)
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip() and not ln.startswith("Set the environment")]
-    return lines[0] if lines else type(err).__name__
-
-
-def _is_optional(cause: OmegaConfBaseException) -> bool:
-    """Whether the schema lets the refused key be null."""
-    try:
-        return bool(cause.parent_node._get_node(cause.key)._is_optional())
-    except Exception:  # a list element, or a node OmegaConf did not keep: say nothing about null
-        return False
-
-
-def _omegaconf_rule(cause: OmegaConfBaseException, outer: str) -> str:
-    """The rule an OmegaConf refusal broke, in one phrase with the value given (``outer``: Hydra's line)."""
-    text = _first_line(cause)
-    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and text.startswith("Key "):
-        known = list(cause.parent_node.keys()) if hasattr(cause.parent_node, "keys") else []
-        if known:
-            return f"unknown key; known: {', '.join(map(str, known))}"
-        hint = outer.partition("To append to your config use ")[2]  # an open mapping (workload.types): '+' adds
-        return f"unknown key{f'; add it with {hint}' if hint else ''}"
-    if isinstance(cause, ValidationError):
-        if "is not Optional" in text:
-            return "may not be null"
-        for phrase, rule in _TYPE_RULES:
-            if phrase in text:
-                return f"{rule}{', or null' if _is_optional(cause) else ''} (got {cause.value!r})"
-    return text
 
 
 def composition_error(err: BaseException) -> OverrideError:
@@ -70,18 +33,18 @@ def composition_error(err: BaseException) -> OverrideError:
         known = f"; known: {', '.join(err.options)}" if err.options else ""
         return OverrideError(group.replace("/", "."), f"no config {name!r} in group {group}{known}")
     if isinstance(err, OverrideParseException):
-        return OverrideError(err.override.split("=", 1)[0] or err.override, f"cannot parse {err.override!r}: {_first_line(err)}")
+        return OverrideError(err.override.split("=", 1)[0] or err.override, f"cannot parse {err.override!r}: {first_line(err)}")
     cause = err if isinstance(err, OmegaConfBaseException) else err.__cause__
     if isinstance(cause, OmegaConfBaseException) and cause.full_key:
         key = str(cause.full_key)
-        outer = _first_line(err)
+        outer = first_line(err)
         hint = " ".join(str(err).split())
         if outer.startswith("Error merging override "):  # a key inside a list an override gives has no prefix
             target = outer.removeprefix("Error merging override ").split("=", 1)[0].lstrip("+~")
             if not key.startswith(target):
                 key = f"{target}: {key}"
-        return OverrideError(key, _omegaconf_rule(cause, hint))
-    return OverrideError("overrides", _first_line(err))
+        return OverrideError(key, omegaconf_rule(cause, hint))
+    return OverrideError("overrides", first_line(err))
 
 
 def load_config(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
@@ -93,9 +56,11 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config") -> D
         GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR), job_name="distsim"):
-            return compose(config_name=config_name, overrides=list(overrides))
+            cfg = compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise composition_error(err) from None
+    check_known_keys(cfg)  # a key added with + where the schema is closed
+    return mark_user_set(cfg, overrides)  # the keys the user set ("set but not used" warns only of those)
 
 
 # Overrides that could set hydra.mode (or bring in configs that do); any of them keeps Hydra's own lookup.

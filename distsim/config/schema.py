@@ -49,6 +49,19 @@ class EngineConfig:
 
 
 @dataclass
+class ServingConfig:
+    """vLLM's serving layer around the kernels (roofline3; distsim/instance/latency/serving.py): each
+    mechanism on or off."""
+
+    cuda_graphs: bool = True  # decode and small mixed batches run at the next captured size (padded rows)
+    custom_all_reduce: bool = True  # vLLM's own all-reduce under 8 MiB with P2P, else NCCL
+    host_overlap: bool | None = None  # host work hidden behind the GPU step (null: engine.async_scheduling)
+    interconnect: str | None = None  # nvlink | pcie (null: nvlink when the GPU link beats the host link)
+    p2p: bool = True  # GPU peer-to-peer access (custom all-reduce needs it; NCCL without it goes through host)
+    sampler: str = "temperature"  # sampling path (its measured terms): temperature | top_k_top_p | greedy
+
+
+@dataclass
 class LatencyConfig:
     """Step-time model: ``roofline3`` (per operator, the default), ``roofline`` (the per-layer roofline, the earlier default) or
     ``linear`` (fitted coefficients). ``roofline`` (distsim/instance/latency/roofline.py) reads the keys from
@@ -73,7 +86,14 @@ class LatencyConfig:
     activation_bytes_routed: float | None = None  # ... per hidden element of each routed token copy (MoE)
     moe_layer_overhead_us: float | None = None  # GPU time per MoE layer per step (router, top-k, sort)
     routing_skew: float | None = None  # Zipf exponent of expert popularity; 0: uniform routing
-    all_reduce_latency_us: float | None = None  # fixed time of one TP all-reduce (or EP all-to-all)
+    all_reduce_latency_us: float | None = None  # fixed time of one custom all-reduce (or EP all-to-all)
+    all_reduce_link_efficiency: float | None = None  # the custom all-reduce's share of the link bandwidth
+    eager_layer_overhead_us: float | None = None  # launch gaps per layer of a step run without a CUDA graph
+    sampler_call_us: float | None = None  # sampling's fixed time per step
+    sampler_bytes_per_logit: float | None = None  # sampling's bytes per logit of each sampled row
+    sampler_extra_rows: float | None = None  # rows' worth of sampling time at any batch (row-per-block kernels)
+    paged_kv_read_factor: float | None = None  # vLLM's paged attention's KV read time over the step tables'
+    serving: ServingConfig = field(default_factory=ServingConfig)
     profile: str | None = None  # a calibrated latency profile: shipped name or path (distsim.calibrate)
 
 
@@ -119,8 +139,10 @@ class FrontendConfig:
     docs/data/h100_runfit.json); the per-layer roofline (``cluster.latency.kind=roofline``) was fitted with
     1778 / 5.48 / 15.5 (docs/data/h100_fit.json). All 0: the engine's own times."""
 
+    # fitted on the real vLLM runs on H100 with roofline3's GPU and serving terms frozen (docs/fidelity.md;
+    # docs/data/h100_runfit.json)
     request_us: float = 0.0  # per request, before the engine queues it (ingestion)
-    per_input_token_us: float = 13.1775  # per prompt token, before the engine queues it (tokenisation)
+    per_input_token_us: float = 13.6217  # per prompt token, before the engine queues it (tokenisation)
     per_output_token_us: float = 0.0  # per output token, after the engine emits it (detokenisation, streaming)
 
 

@@ -23,6 +23,7 @@ from distsim.fidelity.run import MeasuredRun
 from distsim.fidelity.score import DEFAULT_WEIGHTS, RunEvaluation, evaluate_replay, score
 from distsim.instance.latency.base import StepShape
 from distsim.instance.latency.roofline import DEFAULTS
+from distsim.instance.latency.roofline3 import DEFAULTS as ROOFLINE3_DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,13 @@ SPACES: dict[str, tuple[Param, ...]] = {
         Param("compute_efficiency", 0.05, 1.0, True),
         Param("memory_efficiency", 0.05, 1.0, True),
         Param("step_overhead_us", 10.0, 50_000.0, True),
+    ),
+    # the shipped model on a new GPU: its matmul and memory rates and its small kernels' time per layer
+    # (what differs between GPUs); the serving terms and the rest stay at the shipped values
+    "roofline3": (
+        Param("compute_efficiency", 0.05, 1.0, True),
+        Param("memory_efficiency", 0.05, 1.0, True),
+        Param("layer_overhead_us", 1.0, 1000.0, True),
     ),
 }
 
@@ -96,6 +104,8 @@ def starting_point(kind: str, base: DictConfig) -> dict[str, float]:
     model, the roofline's step times turned into the three linear coefficients)."""
     roof = with_latency(base, "roofline", {})
     pool = resolve_pools(roof.cluster)[0]
+    if kind == "roofline3":
+        return {p.name: float(getattr(ROOFLINE3_DEFAULTS, p.name)) for p in SPACES[kind]}
     if kind == "roofline":
         k = DEFAULTS  # one set for every GPU
         return {

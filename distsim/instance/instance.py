@@ -127,6 +127,8 @@ class Instance(Scheduler):
         self.priority = PRIO_INSTANCE + index
         self._set_engine(params)
         self.stats = InstanceStats()
+        if getattr(latency, "step_terms", None) is not None:  # the serving layer's terms (roofline3)
+            self.stats.serving_steps = {}
         self.board = None  # the cluster's SignalBoard: this instance pushes its state there
         self.step_index = 0  # steps completed
         self.busy = False  # a plan is in flight (or about to be made)
@@ -335,6 +337,7 @@ class Instance(Scheduler):
             self.visible_us = plan.last_begin_us() if plan.steps else now
         self._on_event(now, version)
 
+    # long: everything at the end of every plan, the hot path, in one place (no call per concern)
     def _apply_plan(self, now: int) -> None:
         """Everything that happens at the end of the planned step(s)."""
         stats = self.stats
@@ -349,6 +352,11 @@ class Instance(Scheduler):
         stats.steps += k
         stats.busy_us += now - plan.begin_us
         stats.decode_tokens += b * k
+        shapes = stats.serving_steps
+        if shapes is not None:  # the steps by shape: the serving layer's share, priced at the end
+            chunks = plan.chunks
+            key = (b + sum(n for _, n in chunks), b + len(chunks)) if chunks else b
+            shapes[key] = shapes.get(key, 0) + k
         ends = plan.ends_us
         if ends is not None:  # a fast-forwarded run
             if k > 1:  # its first step took its blocks when planned; the rest take theirs now

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from distsim.errors import ConfigError, warn_config
 from distsim.metrics.fitness import FITNESS, check_fitness
+from distsim.provenance import user_set
 from distsim.validators import number, warn_unread
 
 if TYPE_CHECKING:
@@ -137,8 +138,8 @@ def timeline_window(sim: DictConfig, horizon_us: int | None) -> TimelineWindow |
             "sim.timeline_start_s", f"is at or after the end of the run ({horizon_us / 1e6:g} s): the timeline would be empty"
         )
     if not on:
-        if start or end is not None:
-            key = "sim.timeline_start_s" if start else "sim.timeline_end_s"
+        key = "sim.timeline_start_s" if start else "sim.timeline_end_s"
+        if (start or end is not None) and user_set(key):
             warn_config(key, "has no effect without sim.timeline=true")
         return None
     return TimelineWindow(start, end)

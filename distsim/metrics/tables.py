@@ -83,6 +83,25 @@ def types_section(table: Table, runtimes: Sequence[RuntimeReplica], span_s: floa
     return types_summary(table, runtimes, span_s)
 
 
+# the serving layer's share of busy_ms (roofline3: distsim/instance/latency/serving.py), summed over the steps
+SERVING_COLUMNS = ("padding_ms", "eager_ms", "collectives_ms", "sampler_ms", "host_ms")
+
+
+def serving_columns(instances: list) -> dict[str, list[float]]:
+    """instances.parquet's serving-layer columns: each instance's steps by shape priced by its latency
+    model's ``step_terms`` (zeros for an instance whose model has none)."""
+    columns: dict[str, list[float]] = {name: [] for name in SERVING_COLUMNS}
+    for inst in instances:
+        totals = [0.0] * len(SERVING_COLUMNS)
+        for key, steps in (inst.stats.serving_steps or {}).items():
+            terms = inst.latency.step_terms(*key) if isinstance(key, tuple) else inst.latency.step_terms(key, key)
+            for i, us in enumerate(terms):
+                totals[i] += steps * us
+        for name, us in zip(SERVING_COLUMNS, totals):
+            columns[name].append(us / 1000.0)
+    return columns
+
+
 def instance_table(cluster: RunWorld) -> Table:
     """instances.parquet: one row per instance (engine)."""
     rows = []
@@ -117,6 +136,8 @@ def instance_table(cluster: RunWorld) -> Table:
             }
         )
     columns = {name: [row[name] for row in rows] for name in rows[0]}
+    if any(inst.stats.serving_steps is not None for inst in cluster.instances):  # the serving layer's share
+        columns.update(serving_columns(cluster.instances))
     if cluster.dp is not None:  # data parallelism: each engine's configured instance (its DP group)
         columns = {"instance": columns.pop("instance"), "dp_group": [i.dp_group for i in cluster.instances], **columns}
     if any(inst.cpu is not None for inst in cluster.instances):  # a CPU KV tier somewhere: its counters

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, flag_override
 
 from distsim.config.compose import composition_error
 from distsim.errors import UserError
+from distsim.provenance import mark as mark_user_set
 from distsim.runner.overrides import texts
 from distsim.runner.plan import Job, SweepPlan
 
@@ -50,7 +51,7 @@ def compose_all(jobs: Sequence[Job], plan: SweepPlan, compose: Composer) -> dict
                 raise
             except Exception as err:  # Hydra's and OmegaConf's composition errors: the user's overrides
                 raise composition_error(err) from None
-            cfg = task_config(cfg)
+            cfg = mark_user_set(task_config(cfg), _compose_overrides(job, plan))
             if plan.check_configs:
                 _check_configuration(cfg, job)
             blobs[key] = pickle.dumps(cfg)

@@ -18,6 +18,7 @@ from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError
 from distsim.hydra_entry import install as install_hydra_entry
+from distsim.provenance import mark, mark_from_hydra
 from distsim.run_dir import exit_if_unwritable
 
 register_schemas()
@@ -31,13 +32,14 @@ def main(cfg: DictConfig) -> float | None:
     from distsim.search.evaluate import make_evaluator
 
     hc = HydraConfig.get()
+    mark_from_hydra(cfg)  # the keys the user set: "set but not used" warns only of those
     base = [o for o in hc.overrides.task if not o.lstrip("+~").startswith(("search.", "seed=", "runner."))]
     from distsim.runner.session import connect
 
     session = None
     try:
         check_settings(cfg)  # a bad setting is refused before Ray's start-up
-        check_scenarios(cfg, base, lambda ovs: compose(config_name=hc.job.config_name, overrides=ovs))
+        check_scenarios(cfg, base, lambda ovs: mark(compose(config_name=hc.job.config_name, overrides=ovs), ovs))
         session = connect(cfg.runner.address)  # one Ray for every generation's sweep
         result = run_search(
             cfg,

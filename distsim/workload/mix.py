@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from distsim.errors import ConfigError
 from distsim.events.rng import stream
 from distsim.request import Request, new_typed_request
+from distsim.typed_merge import merge_onto
 from distsim.workload import checks
 from distsim.workload.base import WorkloadSource
 from distsim.workload.lengths import Buffered, Sampler
@@ -70,11 +70,7 @@ class Mix:
 
 def _request_type(name: str, raw: Mapping[str, object] | None) -> RequestType:
     key = f"workload.types.{name}"
-    try:
-        cfg = OmegaConf.merge(OmegaConf.structured(BUILTIN_TYPES.get(name, RequestTypeConfig())), raw or {})
-    except OmegaConfBaseException as err:
-        sub = getattr(err, "full_key", None) or "?"
-        raise ConfigError(f"{key}.{sub}", str(err).splitlines()[0]) from None
+    cfg = merge_onto(OmegaConf.structured(BUILTIN_TYPES.get(name, RequestTypeConfig())), raw, key)
     slo = None if cfg.slo_ms is None else checks.positive(f"{key}.slo_ms", cfg.slo_ms)
     base = BUILTIN_TYPES.get(name, RequestTypeConfig())
     items = Sampler(cfg["items"], f"{key}.items", default=base.items)

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import is_dataclass
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from distsim.errors import ConfigError, warn_config
+from distsim.provenance import user_set_within
+from distsim.typed_merge import merge_onto
 from distsim.workload import checks
 from distsim.workload.base import WorkloadSource
 from distsim.workload.kinds import KINDS
@@ -26,16 +27,12 @@ SourceBuilder = Callable[[DictConfig, int, int], WorkloadSource]  # (cfg, seed, 
 
 def as_config(cfg) -> DictConfig:
     """The workload node merged onto the schema, so every key exists and has the right type."""
-    try:
-        base = OmegaConf.structured(WorkloadConfig)
-        if cfg is None:
-            return base
-        if is_dataclass(cfg) or isinstance(cfg, dict):
-            cfg = OmegaConf.structured(cfg) if is_dataclass(cfg) else OmegaConf.create(cfg)
-        return OmegaConf.merge(base, cfg)
-    except OmegaConfBaseException as err:
-        key = getattr(err, "full_key", None) or "?"
-        raise ConfigError(f"workload.{key}", str(err).splitlines()[0]) from None
+    base = OmegaConf.structured(WorkloadConfig)
+    if cfg is None:
+        return base
+    if is_dataclass(cfg):
+        cfg = OmegaConf.structured(cfg)
+    return merge_onto(base, cfg, "workload")
 
 
 def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> WorkloadSource:
@@ -60,13 +57,15 @@ SYNTHETIC_ONLY = ("arrival", "input_tokens", "output_tokens", "sessions")
 def warn_other_kinds_keys(cfg) -> None:
     """Warn about keys only the other ``workload.kind`` reads, set although this kind ignores them: a trace
     option under ``synthetic`` each, the synthetic sections a trace ignores in one line (the schema's
-    defaults aside, so a shipped trace workload stays silent)."""
+    defaults and what the user did not set aside, so a shipped trace workload, or ``workload.kind=trace``
+    on the default workload, stays silent)."""
     schema = WorkloadConfig()
     if cfg.kind == "synthetic":
         reads = [name for name in cfg if name not in TRACE_ONLY]
         checks.warn_unread(cfg, "workload", reads, "workload.kind 'synthetic' does not use it", schema)
         return
-    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY if checks.is_set(cfg[name], getattr(schema, name))]
+    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY
+              if checks.is_set(cfg[name], getattr(schema, name)) and user_set_within(f"workload.{name}")]
     if unread:
         verb = "are" if len(unread) > 1 else "is"
         warn_config(

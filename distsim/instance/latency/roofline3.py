@@ -16,8 +16,12 @@ attention   = F_pair A / (peak ae)  +  kv K / (bw me)
 activations = T (a_h H L + a_i I_tok + a_r k H L_moe) / (bw me)
 fp8 quant   = T Q_tok x 5.26 / bw  +  3.55 us x quantised inputs per step                    (FP8)
 layers      = L layer_overhead_us + L_moe moe_layer_overhead_us
-collectives = TP all-reduces and expert-parallel all-to-alls (as in roofline.py)
-host        = step_overhead_us + sequence_overhead_us x (D + S)
+collectives = TP all-reduces by message size and path (serving.py), expert-parallel all-to-alls
+sampling    = (R + sampler_extra_rows) x vocab x sampler_bytes_per_logit / (bw me) + sampler_call_us
+padding     = the matmuls, per-token kernels and collectives of the CUDA graph's padded rows (serving.py)
+eager       = eager_layer_overhead_us x L for a step above the largest captured size (launch gaps)
+host        = step_overhead_us + sequence_overhead_us x (D + S): only its excess over the GPU step's
+              context-free part adds under async scheduling, all of it without (serving.py)
 
 Why each term, and the data that pins it:
 
@@ -70,6 +74,7 @@ from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
 from distsim.instance.latency.roofline import RooflineLatency, _communication
+from distsim.instance.latency.serving import SAMPLERS, ServingLayer, ServingSettings, settings_from
 
 FP8_QUANT_CALL_US = 3.55  # micro_fp8_gemm.csv quant_us: fixed part of one per-token quantisation kernel
 FP8_QUANT_BYTES_PER_ELEMENT = 5.26  # and its part per input element, as bytes at the datasheet bandwidth
@@ -93,17 +98,35 @@ class Roofline3Coefficients:
     layer_overhead_us: float = 31.58
     moe_layer_overhead_us: float = 51.70
     routing_skew: float = 0.0
-    # collectives: no step table holds them (kernels only); NCCL's small-message latency, not fitted
-    all_reduce_latency_us: float = 10.0
-    # host: fitted on the 13 H100 runs with the GPU terms frozen (python -m distsim.fidelity.runfit,
-    # docs/data/h100_runfit.json; the front end's per-token cost is fitted with them, distsim.config.schema)
-    sequence_overhead_us: float = 0.0
-    step_overhead_us: float = 2.68
+    # collectives: no step table holds them (kernels only); the fixed time of one custom all-reduce,
+    # fitted on the TP 2 and TP 4 runs with every other term frozen (python -m distsim.fidelity.runfit,
+    # docs/data/h100_runfit.json)
+    all_reduce_latency_us: float = 3.554
+    # and the fraction of the link's bandwidth its peer reads reach
+    all_reduce_link_efficiency: float = 1.0
+    # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
+    # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
+    eager_layer_overhead_us: float = 14.81
+    # sampling: vLLM's temperature sampling measured on an H100 (serving.SAMPLERS, the path
+    # cluster.latency.serving.sampler picks): a fixed time per step, bytes moved per logit of each
+    # sampled row, and the rows' worth of time its row-per-block kernels take at any batch
+    sampler_call_us: float = 14.09
+    sampler_bytes_per_logit: float = 49.09
+    sampler_extra_rows: float = 18.7
+    # vLLM's attention reads the KV cache paged in blocks, the step tables' stand-in contiguously: its KV
+    # read time over the stand-in's (1: the tables' rate); fitted on the runs (docs/fidelity.md)
+    paged_kv_read_factor: float = 1.0
+    # host: a stand-in step loop's CPU time per step and per sequence on an H100 host, a floor for
+    # vLLM's (docs/data/h100_serving/summary.json, host_loop.fit.step_total); async scheduling hides it
+    # behind the GPU step (serving.py), so the runs cannot pin it
+    sequence_overhead_us: float = 0.791
+    step_overhead_us: float = 52.11
 
 
 DEFAULTS = Roofline3Coefficients()
-# the step-only fit (python -m distsim.fidelity.steps ... --nnls), with the per-layer roofline's host terms: where the runfit and
-# the joint refit (python -m distsim.fidelity.jointfit, measured and not shipped: docs/fidelity.md) start from
+SERVING_DEFAULTS = ServingSettings()
+# the step-only fit (python -m distsim.fidelity.steps ... --nnls) with the older roofline's host terms (the
+# "step-only GPU terms" replay of scripts/fidelity_load_slope.py)
 STEP_FIT = replace(DEFAULTS, sequence_overhead_us=5.82, step_overhead_us=864.0)
 # name -> (low, high, low bound open)
 BOUNDS: dict[str, tuple[float, float, bool]] = {
@@ -120,6 +143,12 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "moe_layer_overhead_us": (0.0, 1e6, False),
     "routing_skew": (0.0, 10.0, False),
     "all_reduce_latency_us": (0.0, 1e6, False),
+    "all_reduce_link_efficiency": (0.0, 1.0, True),
+    "eager_layer_overhead_us": (0.0, 1e4, False),
+    "sampler_bytes_per_logit": (0.0, 1e4, False),
+    "sampler_extra_rows": (0.0, 1e4, False),
+    "paged_kv_read_factor": (0.0, 10.0, True),
+    "sampler_call_us": (0.0, 1e6, False),
     "sequence_overhead_us": (0.0, 1e6, False),
     "step_overhead_us": (0.0, 1e9, False),
 }
@@ -190,7 +219,10 @@ class Roofline3Latency(RooflineLatency):
     """Per-operator step times (see the module docstring). Shares the decode fast path with
     :class:`RooflineLatency` (``decode_run_ends``, ``decode_steps_us``) through ``_decode_batch``."""
 
-    def __init__(self, ctx: LatencyContext, coefficients: Roofline3Coefficients = DEFAULTS):  # noqa: PLR0915
+    # long: every term folded into per-unit constants once, so that a step costs a few float operations
+    def __init__(  # noqa: PLR0915
+        self, ctx: LatencyContext, coefficients: Roofline3Coefficients = DEFAULTS, serving: ServingSettings = SERVING_DEFAULTS
+    ):
         m, hw, tp = ctx.model, ctx.hardware, ctx.tensor_parallel_size
         k = coefficients
         self.tp = tp
@@ -222,19 +254,30 @@ class Roofline3Latency(RooflineLatency):
         self._c_ppair = units["attn_pair"] * beta["inv_ae"]
         self._c_dpair = units["attn_dpair"] * beta["inv_ae"]
         self._c_win = units["attn_win"] * beta["inv_ae"]
-        self._m_kv = units["kv"] * beta["inv_me"]
-        self._m_win_ptok = units["kv_win"] * beta["inv_me"]
-        self._m_win_dseq = units["kv_win"] * units["window"] * beta["inv_me"]
+        # KV reads in vLLM's paged attention: paged_kv_read_factor x the stand-in's (serving only)
+        kv_read = beta["inv_me"] * k.paged_kv_read_factor
+        self._m_kv = units["kv"] * kv_read
+        self._m_win_ptok = units["kv_win"] * kv_read
+        self._m_win_dseq = units["kv_win"] * units["window"] * kv_read
         # per token: activations and the FP8 quantisation's per-element part; per step: layers, quant calls
         self._tok = (
             units["act_h"] * beta["act_h"] + units["act_i"] * beta["act_i"] + units["act_r"] * beta["act_r"]
             + units["quant_tok"]
         )
         self._layers = units["layers"] * beta["layer"] + units["moe_layers"] * beta["moe_layer"] + units["quant_fixed"]
-        self._a0, self._a_tok = _communication(m, hw, tp, ep_dp, k.all_reduce_latency_us)
+        # expert-parallel all-to-alls (the TP all-reduces are the serving layer's)
+        self._a0, self._a_tok = _communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
+        self.serving = ServingLayer(serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency)
+        self._overlap = self.serving.overlap
+        self._sample_row = m.vocab_size * k.sampler_bytes_per_logit / (hw.hbm_bw_tbps * 1e6) * beta["inv_me"]
+        self._sample_call = float(k.sampler_call_us)
+        self._sample_extra = float(k.sampler_extra_rows)
+        self._eager = float(m.num_layers) * k.eager_layer_overhead_us
         self._host = float(k.step_overhead_us)
         self._per_seq = float(k.sequence_overhead_us)
         self._decode_consts: dict[int, tuple[float, float, float, float]] = {}
+        self._serving_cache: dict[int, tuple[float, float, float, float, float]] = {}
+        self._mixed_cache: dict[tuple[int, int], tuple[float, float, float, float, float, float]] = {}
 
     # ---- the terms ---------------------------------------------------------------------------
     def touched(self, tokens: int) -> float:
@@ -246,7 +289,9 @@ class Roofline3Latency(RooflineLatency):
             got = self._touched_cache[tokens] = sum(1.0 - q**tokens for q in self._miss)
         return got
 
-    def _matmuls(self, tokens: int, sampled: int) -> float:
+    def _matmuls(self, tokens: int, sampled: int, routed: int = -1) -> float:
+        """The matmuls of ``tokens`` rows with ``sampled`` logit rows; ``routed``: the tokens whose
+        routing touches experts (default all; CUDA-graph padding rows are identical and add none)."""
         us = 0.0
         for c, ch, mem in self._dense:
             t = c * tokens + ch
@@ -255,18 +300,58 @@ class Roofline3Latency(RooflineLatency):
         t = c * sampled + ch
         us += t if t > mem else mem
         if self._moe:
-            e = self.touched(tokens)
+            e = self.touched(tokens if routed < 0 else routed)
             t = self._c_etok * tokens + self._c_etouch * e
             mem = self._m_etouch * e
             us += t if t > mem else mem
         return us
 
+    def _rows(self, tokens: int, sampled: int, routed: int = -1) -> float:
+        """The context-free GPU time of a step's ``tokens`` rows: matmuls, per-token kernels, collectives."""
+        return self._matmuls(tokens, sampled, routed) + self._tok * tokens + self.serving.collectives_us(tokens)
+
+    def terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float, float]:
+        """A step of ``tokens`` rows and ``seqs`` sequences (each sampled once): its context-free GPU
+        time with the serving terms (no attention), and those terms: (gpu us, padding us, eager launch
+        gaps us, collectives us, sampling us, exposed host us). A decode batch's are cached
+        (:meth:`_decode_batch`)."""
+        padded = self.serving.padded(tokens)
+        base = self._rows(tokens, seqs) if tokens else 0.0
+        gpu = self._rows(padded, seqs, tokens) if padded != tokens else base
+        pad = gpu - base
+        sampler = self._sample_row * (seqs + self._sample_extra) + self._sample_call if seqs else 0.0
+        eager = 0.0 if self.serving.captured(tokens) else self._eager
+        gpu += eager + sampler + self._layers + self._a0 + self._a_tok * tokens
+        host = self._host + self._per_seq * seqs
+        if self._overlap:
+            host = host - gpu if host > gpu else 0.0
+        return gpu, pad, eager, self.serving.collectives_us(tokens), sampler, host
+
+    def step_terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float]:
+        """The serving terms of a step (padding, eager launch gaps, collectives, sampling, exposed host us), by
+        :meth:`terms`; a decode batch's (``tokens == seqs``) cached: the instance sums them per plan."""
+        if tokens == seqs:
+            got = self._serving_cache.get(tokens)
+            if got is None:
+                got = self._serving_cache[tokens] = self.terms(tokens, seqs)[1:]
+            return got
+        return self._mixed_terms(tokens, seqs)[1:]
+
+    def _mixed_terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float, float]:
+        """:meth:`terms` of a step with prefill work, kept for the instance's tally of the same step."""
+        key = (tokens, seqs)
+        got = self._mixed_cache.get(key)
+        if got is None:
+            if len(self._mixed_cache) > 4096:
+                self._mixed_cache.clear()
+            got = self._mixed_cache[key] = self.terms(tokens, seqs)
+        return got
+
     def _decode_batch(self, b: int) -> tuple[float, float, float, float]:
         cached = self._decode_consts.get(b)
         if cached is None:
-            lin = self._matmuls(b, b) + self._tok * b if b else 0.0
-            tail = self._layers + (self._a0 + self._a_tok * b) + (self._host + self._per_seq * b) + 0.5
-            cached = self._decode_consts[b] = (lin, self._c_win * b, self._m_win_dseq * b, tail)
+            gpu, _, _, _, _, host = self.terms(b, b)
+            cached = self._decode_consts[b] = (gpu, self._c_win * b, self._m_win_dseq * b, host + 0.5)
         return cached
 
     def step_time(self, p_tok: int, p_pairs: int, p_kv: int, d_seqs: int, d_ctx: int, p_seqs: int = 0) -> int:
@@ -275,12 +360,9 @@ class Roofline3Latency(RooflineLatency):
             seqs = d_seqs + (p_seqs or 1)
             att_c = self._c_dpair * d_ctx + self._c_win * d_seqs
             att_m = self._m_kv * d_ctx + self._m_win_dseq * d_seqs
-            serial = (
-                self._c_ppair * p_pairs + self._c_win * p_tok + self._m_kv * p_kv + self._m_win_ptok * p_tok
-                + self._tok * tokens
-            )
-            tail = self._layers + (self._a0 + self._a_tok * tokens) + (self._host + self._per_seq * seqs) + 0.5
-            us = math.floor((((att_c if att_c > att_m else att_m) + serial) + self._matmuls(tokens, seqs)) + tail)
+            serial = self._c_ppair * p_pairs + self._c_win * p_tok + self._m_kv * p_kv + self._m_win_ptok * p_tok
+            t = self._mixed_terms(tokens, seqs)
+            us = math.floor((((att_c if att_c > att_m else att_m) + serial) + t[0]) + (t[5] + 0.5))
         else:
             lin, att_c0, att_m0, tail = self._decode_batch(d_seqs)
             att_c = d_ctx * self._c_dpair + att_c0
@@ -338,7 +420,6 @@ class Roofline3Latency(RooflineLatency):
         val = lambda d: sum(b[k] * v for k, v in d.items())  # noqa: E731
         sides = [(val(a), val(m)) for a, m in pairs]
         tokens = shape.prefill_tokens + shape.decode_seqs
-        comm = self._a0 + self._a_tok * tokens
         experts = self._moe and tokens > 0
         n_dense = len(pairs) - 1 - experts  # the dense precisions and the lm_head
         out = {
@@ -352,9 +433,16 @@ class Roofline3Latency(RooflineLatency):
             "activations_us": sum(b[x] * add[x] for x in ("act_h", "act_i", "act_r")),
             "layers_us": b["layer"] * add["layer"] + b["moe_layer"] * add["moe_layer"],
             "fp8_quant_us": fixed,
-            "all_reduce_us": comm,
-            "host_us": self._host + self._per_seq * shape.sequences,
         }
+        _, padding, eager, collectives, sampler, host = self.terms(tokens, shape.sequences)
+        f = self.coefficients.paged_kv_read_factor
+        d_c, d_m = sides[-1]
+        kv_m = b["inv_me"] * add["inv_me"]
+        out.update(
+            paged_kv_us=(max(d_c, d_m * f) - max(d_c, d_m)) + kv_m * (f - 1.0),
+            all_reduce_us=collectives + self._a0 + self._a_tok * tokens, padding_us=padding, eager_us=eager, sampler_us=sampler,
+            host_us=host, host_work_us=self._host + self._per_seq * shape.sequences,
+        )
         out["kernel_us"] = sum(max(c, m) for c, m in sides) + sum(b[x] * v for x, v in add.items()) + fixed
         return out
 
@@ -363,6 +451,8 @@ class Roofline3Latency(RooflineLatency):
         return self.breakdown(shape)["kernel_us"]
 
     def gpu_step_us(self, shape: StepShape) -> float:
+        """The step's GPU time at the batch's own size: the kernels and the collectives (no padding,
+        sampling or host: ``step_us`` adds those)."""
         t = self.breakdown(shape)
         return t["kernel_us"] + t["all_reduce_us"]
 
@@ -461,7 +551,14 @@ def coefficients_from(cfg: Any, defaults: Roofline3Coefficients = DEFAULTS) -> R
     return roofline.coefficients_from(cfg, defaults, BOUNDS)
 
 
+SAMPLER_TERMS = ("sampler_call_us", "sampler_bytes_per_logit", "sampler_extra_rows")
+
+
 @register_latency_model("roofline3")
 def _build(cfg: Any, ctx: LatencyContext) -> Roofline3Latency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
-    return Roofline3Latency(ctx, coefficients_from(cfg))
+    serving = settings_from(cfg)
+    # the sampling path's measured terms, for those the config leaves null
+    path = dict(zip(SAMPLER_TERMS, SAMPLERS[serving.sampler]))
+    defaults = replace(DEFAULTS, **{k: v for k, v in path.items() if cfg is None or cfg.get(k) is None})
+    return Roofline3Latency(ctx, coefficients_from(cfg, defaults), serving)

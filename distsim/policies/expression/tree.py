@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from distsim.policies.expression.grammar import OP, TERMINAL, TYPE_NAME, Bool, Num
 
 MAX_CHARS = 20_000  # a longer text is refused before parsing
+# The deepest tree (height, DEAP's measure) any expression may have. Everything after parsing recurses once
+# per level or more: evaluating a tree and printing it take 2 Python frames per level (they break near 500
+# levels from a bare stack, Python's limit being 1,000 frames), its height 3, comparing two trees 4 (near
+# 250), and printed as numpy code every level may open a parenthesis, of which Python reads at most 200
+# nested. 100 keeps every one of them at least twice clear, with room for the caller's own stack.
+MAX_DEPTH = 100
 
 
 class ExpressionError(ValueError):
@@ -77,13 +83,28 @@ def parse(text: str) -> Node:
     except SyntaxError as err:
         raise ExpressionError(f"is not an expression ({err.msg})") from None
     except (RecursionError, MemoryError, ValueError):
-        raise ExpressionError("is nested too deeply to read") from None
-    try:
-        tree = _node(body, text)
-    except RecursionError:
-        raise ExpressionError("is nested too deeply to read") from None
+        raise ExpressionError(f"is nested too deeply to read (at most {MAX_DEPTH} levels)") from None
+    depth = _depth(body)
+    if depth > MAX_DEPTH:
+        raise ExpressionError(f"is nested {depth} levels deep (at most {MAX_DEPTH}): write it shorter")
+    tree = _node(body, text)  # recurses once per level: safe now
     check_types(tree, Num, text)
     return tree
+
+
+def _depth(body: ast.expr) -> int:
+    """The height of the tree ``body`` will become, counted without recursion (a chain of 500 ``+`` is an
+    ast 500 deep): ``a and b and c`` is one ast node but a chain of two ``and`` nodes (see _node)."""
+    deepest, todo = 0, [(body, 0)]
+    while todo:
+        e, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if isinstance(e, ast.BoolOp):
+            last = len(e.values) - 1
+            todo += [(v, depth + last - max(i - 1, 0)) for i, v in enumerate(e.values)]
+        else:
+            todo += [(c, depth + 1) for c in ast.iter_child_nodes(e) if isinstance(c, ast.expr)]
+    return deepest
 
 
 def _where(part: ast.AST, text: str) -> str:
