@@ -10,6 +10,7 @@ import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distsim import outputs
@@ -64,9 +65,14 @@ class SimulationResult:
 
         Each file is written atomically (distsim.outputs) and summary.json last, after removing an earlier
         run's, so a complete summary.json means a complete run. Files an earlier run left there that this
-        one does not write are removed, so the directory never mixes two runs. Raises OutputError.
+        one does not write are removed, so the directory never mixes two runs; a write that fails or is
+        interrupted removes the files this one wrote before it (outputs.all_or_none). Raises OutputError.
         """
         out = outputs.prepare_dir(out_dir)
+        with outputs.all_or_none():
+            self._write(out, write_requests)
+
+    def _write(self, out: Path, write_requests: bool) -> None:
         skipped = [] if write_requests else ["requests.parquet"]
         skipped += [] if self.decisions is not None else ["decisions.parquet"]
         skipped += [] if self.cells is not None else ["cells.parquet"]
