@@ -74,7 +74,13 @@ from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
 from distsim.instance.latency.roofline import RooflineLatency, _communication
-from distsim.instance.latency.serving import SAMPLERS, ServingLayer, ServingSettings, sampler_path, settings_from
+from distsim.instance.latency.serving import (
+    SAMPLERS,
+    ServingLayer,
+    ServingSettings,
+    sampler_path,
+    settings_from,
+)
 
 FP8_QUANT_CALL_US = 3.55  # micro_fp8_gemm.csv quant_us: fixed part of one per-token quantisation kernel
 FP8_QUANT_BYTES_PER_ELEMENT = 5.26  # and its part per input element, as bytes at the datasheet bandwidth
