@@ -144,7 +144,7 @@ class FrontendConfig:
     # fitted on the real vLLM runs on H100 with roofline3's GPU and serving terms frozen (docs/fidelity.md;
     # docs/data/h100_runfit.json)
     request_us: float = 0.0  # per request, before the engine queues it (ingestion)
-    per_input_token_us: float = 12.7525  # per prompt token, before the engine queues it (tokenisation)
+    per_input_token_us: float = 12.7178  # per prompt token, before the engine queues it (tokenisation)
     per_output_token_us: float = 0.0  # per output token, after the engine emits it (detokenisation, streaming)
 
 

@@ -107,7 +107,7 @@ class Roofline3Coefficients:
     # collectives: no step table holds them (kernels only); the fixed time of one custom all-reduce,
     # fitted on the TP 2 and TP 4 runs with every other term frozen (python -m distsim.fidelity.runfit,
     # docs/data/h100_runfit.json)
-    all_reduce_latency_us: float = 1.382
+    all_reduce_latency_us: float = 1.122
     # and the fraction of the link's bandwidth its peer reads reach
     all_reduce_link_efficiency: float = 1.0
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
