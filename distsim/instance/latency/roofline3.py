@@ -113,9 +113,10 @@ class Roofline3Coefficients:
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
     # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
     eager_layer_overhead_us: float = 14.81
-    # sampling: vLLM's temperature sampling measured on an H100 (serving.SAMPLERS, the path
-    # cluster.latency.serving.sampler picks): a fixed time per step, bytes moved per logit of each
-    # sampled row, and the rows' worth of time its row-per-block kernels take at any batch
+    # sampling: vLLM's temperature sampling measured on an H100; the path cluster.latency.serving.sampler
+    # picks (by default the model's own, serving.sampler_path) replaces them with its measured terms
+    # (serving.SAMPLERS): a fixed time per step, bytes moved per logit of each sampled row, and the rows'
+    # worth of time its row-per-block kernels take at any batch
     sampler_call_us: float = 14.09
     sampler_bytes_per_logit: float = 49.09
     sampler_extra_rows: float = 18.7
