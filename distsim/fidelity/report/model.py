@@ -224,7 +224,8 @@ def rtx_section() -> str:
     shared = Path("..") / "shared" / "data" / "llmservingsim_bench"
     lines = ["| run | model | " + " | ".join(metrics) + " |", "|---|---|" + "---:|" * len(metrics)]
     for name in ("RTX4090_Llama-3.1-8B", "RTXPRO6000_Llama-3.1-8B"):
-        for label, o in (("roofline (older model)", PREVIOUS), ("roofline3 (shipped defaults)", [])):
+        # the bench runner pins temperature 0 (greedy sampling; scripts/fidelity_h100.py, RTX_CLIENT)
+        for label, o in (("roofline (older model)", PREVIOUS), ("roofline3 (shipped defaults)", ["cluster.latency.serving.sampler=greedy"])):
             c = validate(shared / name, o).comparison
             lines.append(f"| {name} | {label} | " + " | ".join(_signed(c[m].error_pct) for m in metrics) + " |")
     return "\n".join(lines)
