@@ -32,7 +32,8 @@ from distsim.request import Request
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from distsim.resolve import Scenario
+# ``scenario`` below is a resolved scenario (distsim.resolve.Scenario, a layer above this one: typed loosely)
+Scenario = Any
 
 _FIELDS = ("request_id", "arrival_us", "prompt_tokens", "output_tokens", "tenant", "slo_class", "session_id",
            "block_hashes", "ttft_slo_ms", "tpot_slo_ms", "priority")  # fmt: skip
@@ -48,16 +49,6 @@ class Trial:
 
     def meets(self, share: float) -> bool:
         return self.attainment >= share
-
-
-def check_capacity(share: float, tolerance: float, max_steps: int) -> None:
-    """Raise a ConfigError for a share outside (0, 1], a tolerance <= 0 or fewer than 1 step."""
-    if not (isinstance(share, (int, float)) and 0 < share <= 1):
-        raise ConfigError("fitness.share", f"must be in (0, 1] (got {share!r})")
-    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
-        raise ConfigError("fitness.tolerance", f"must be a finite number > 0 (got {tolerance!r})")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ConfigError("fitness.max_steps", f"must be an integer >= 1 (got {max_steps!r})")
 
 
 def materialise(scenario: Scenario) -> list[Request]:

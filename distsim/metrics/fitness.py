@@ -19,6 +19,7 @@ and no single SLO captures it. Unknown metric names list the known ones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -79,8 +80,6 @@ def check_fitness(cfg: FitnessSettings) -> None:
     if cfg.kind in ("goodput", "capacity") and cfg.per not in PER:
         raise ConfigError("fitness.per", f"must be {', '.join(PER[:-1])} or {PER[-1]} (got {cfg.per!r})")
     if cfg.kind == "capacity":
-        from distsim.metrics.capacity import check_capacity
-
         check_capacity(cfg.share, cfg.tolerance, cfg.max_steps)
     if cfg.kind != "weighted":
         return
@@ -94,6 +93,16 @@ def check_fitness(cfg: FitnessSettings) -> None:
     for name, ref in (cfg.refs or {}).items():
         if ref is None or not ref > 0:
             raise ConfigError(f"fitness.refs.{name}", f"must be > 0 (got {ref})")
+
+
+def check_capacity(share: float, tolerance: float, max_steps: int) -> None:
+    """Raise a ConfigError for a share outside (0, 1], a tolerance <= 0 or fewer than 1 step."""
+    if not (isinstance(share, (int, float)) and 0 < share <= 1):
+        raise ConfigError("fitness.share", f"must be in (0, 1] (got {share!r})")
+    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
+        raise ConfigError("fitness.tolerance", f"must be a finite number > 0 (got {tolerance!r})")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigError("fitness.max_steps", f"must be an integer >= 1 (got {max_steps!r})")
 
 
 @FITNESS.register("weighted")
