@@ -52,6 +52,8 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
 
 def _capacity_line(c: dict[str, Any]) -> str:
     hi = "none failed" if c["bracket_rps"][1] is None else f"{_fmt(c['bracket_rps'][1], 2)} failed"
+    if c.get("at_roofline"):
+        hi = "met at the roofline: too few requests to tell"
     return (
         f"capacity      {_fmt(c['requests_per_s'], 2)} req/s with {c['share']:g} of requests meeting both SLOs ({hi};"
         f" offered {_fmt(c['offered_rps'], 2)}, {c['runs']} runs)"

@@ -59,6 +59,8 @@ def test_the_bisection_stops_within_tolerance_or_max_steps():
     assert runs == 3
     lo, hi, runs = CapacitySearch(0.9, 0.02, 20).run(trial, trial(8.0), roofline_factor=10.0)  # start above: halve
     assert lo.factor <= 3.0 < hi.factor
+    lo, hi, runs = CapacitySearch(0.9, 0.02, 20).run(trial, trial(1.0), roofline_factor=2.5)  # meets at the roofline
+    assert (lo.factor, hi, runs) == (2.5, None, 2)
 
 
 def test_capacity_is_deterministic(tmp_path):

@@ -9,9 +9,10 @@ summary.json) and then searches the rate:
   prefixes, sessions, bursts) with arrival times divided by the trial's factor s, so the offered rate is
   s x the configured one and only the load differs between trials. The horizon and the measurement
   window scale with the arrivals.
-- **Bracket.** The configured load (factor 1) is the first trial. If it meets the share, the next trial
-  doubles the load, or goes to the fleet's roofline rate (:func:`roofline_rps`) when that is less, and
-  doubles while it still meets; if not, the load halves until it meets.
+- **Bracket.** The configured load (factor 1) is the first trial. If it meets the share, the load doubles
+  while it still meets, up to the fleet's roofline rate (:func:`roofline_rps`): a finite run that meets the
+  share there is a burst too short to tell, and the search stops (``at_roofline``). If the configured load
+  misses, the load halves until it meets.
 - **Bisection** on log(rate) until hi / lo <= 1 + ``tolerance``, or ``max_steps`` trials in all. The
   capacity is the highest rate seen to meet the share (``lo``): a trial never reports a rate it did not run.
 
@@ -131,8 +132,10 @@ class CapacitySearch:
         lo, hi = (base, None) if base.meets(self.share) else (None, base)
         runs = 0
         while runs < self.max_steps and (lo is None or hi is None or hi.factor / lo.factor > 1 + self.tolerance):
-            if hi is None:  # double, the roofline capping the first step (it is optimistic: checked, not assumed)
-                factor = 2 * lo.factor if runs else max(min(roofline_factor, 2.0), 1 + self.tolerance) * lo.factor
+            if hi is None:  # double, up to the roofline: a run that meets the share there is too short to tell
+                if lo.factor >= roofline_factor:
+                    break
+                factor = min(2 * lo.factor, roofline_factor)
             elif lo is None:
                 factor = hi.factor / 2
             else:
@@ -161,7 +164,8 @@ def capacity(scenario: Scenario, base_summary: dict[str, Any], run_trial: Callab
 
     base = Trial(1.0, rate0, attainment(base_summary))
     roof = roofline_rps(scenario, requests)
-    lo, hi, runs = CapacitySearch(cfg.share, cfg.tolerance, cfg.max_steps).run(trial, base, roof / rate0)
+    roof_factor = roof / rate0
+    lo, hi, runs = CapacitySearch(cfg.share, cfg.tolerance, cfg.max_steps).run(trial, base, roof_factor)
     rps = lo.rps if lo is not None else 0.0
     return {
         "requests_per_s": rnd(rps),
@@ -169,6 +173,7 @@ def capacity(scenario: Scenario, base_summary: dict[str, Any], run_trial: Callab
         "attainment_at_capacity": rnd(lo.attainment) if lo is not None else None,
         "bracket_rps": [rnd(rps), rnd(hi.rps) if hi is not None else None],
         "converged": lo is not None and hi is not None and hi.factor / lo.factor <= 1 + cfg.tolerance,
+        "at_roofline": lo is not None and hi is None and lo.factor >= roof_factor,
         "offered_rps": rnd(rate0),
         "roofline_rps": rnd(roof),
         "runs": runs + 1,
