@@ -1,11 +1,10 @@
-"""The fidelity report (issue 7): one command for every table in docs/fidelity.md.
+"""The per-GPU calibration report: one command for every table in docs/fidelity.md.
 
 For each shipped real vLLM run (../shared/data/llmservingsim_bench/*): the uncalibrated roofline; the
 roofline and the linear model fitted on that run (written as the shipped latency profiles); both
 fitted on the *other* run and validated on this one (held out); and the roofline fitted on both runs.
-Then the issue's targets on the held-out runs. Writes the tables into docs/fidelity.md and the
-headline into README.md (between their GENERATED markers) and the profiles into
-distsim/catalog/data/profiles/. Deterministic: the same data give the same profiles and tables.
+Then the targets on the held-out runs. Writes the tables, headline first, into docs/fidelity.md
+(between its GENERATED markers) and the profiles into distsim/catalog/data/profiles/. Deterministic: the same data give the same profiles and tables.
 
     python scripts/fidelity_report.py                 # a few minutes on one core
     python scripts/fidelity_report.py --no-write      # print only
@@ -152,13 +151,11 @@ def main() -> int:
         for metric in ("ttft_ms.mean", "tpot_ms.mean", "e2e_ms.mean", "e2e_ms.p99"):
             cells = " | ".join(f"{c[metric].error_pct:+.1f}%" for c in cols)
             short_rows.append(f"| {short} | {metric} | {cells} |")
-    readme = "\n".join(short_rows)
+    doc = "\n".join(short_rows) + "\n\n" + doc
     print(doc)
-    print(readme)
     if not args.no_write:
         replace_block(ROOT / "docs" / "fidelity.md", doc)
-        replace_block(ROOT / "README.md", readme)
-        print("wrote docs/fidelity.md and README.md (Fidelity section)")
+        print("wrote docs/fidelity.md")
     return 0
 
 

@@ -139,7 +139,9 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     params = _engine_params(engine, model, hardware, engine_key, cluster.gpus_per_node)
     ep = bool(engine.enable_expert_parallel)
     checks.expert_parallel(ep, model, engine_key, tp, dp)
-    latency = build_latency_model(latency_cfg, LatencyContext(model, hardware, tp, dp, ep))
+    latency = build_latency_model(latency_cfg, LatencyContext(
+        model, hardware, tp, dp, ep, params.max_num_seqs, params.max_num_batched_tokens, params.async_scheduling
+    ))
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
         "cluster.instances" if key == "cluster" else f"{key}.count", model.weight_bytes_per_gpu(tp, dp if ep else 1),

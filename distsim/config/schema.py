@@ -49,6 +49,18 @@ class EngineConfig:
 
 
 @dataclass
+class ServingConfig:
+    """vLLM's serving layer around the kernels (roofline3; distsim/instance/latency/serving.py): each
+    mechanism on or off."""
+
+    cuda_graphs: bool = True  # decode and small mixed batches run at the next captured size (padded rows)
+    custom_all_reduce: bool = True  # vLLM's own all-reduce under 8 MiB with P2P, else NCCL
+    host_overlap: bool | None = None  # host work hidden behind the GPU step (null: engine.async_scheduling)
+    interconnect: str | None = None  # nvlink | pcie (null: nvlink when the GPU link beats the host link)
+    p2p: bool = True  # GPU peer-to-peer access (custom all-reduce needs it; NCCL without it goes through host)
+
+
+@dataclass
 class LatencyConfig:
     """Step-time model: ``roofline3`` (per operator, the default), ``roofline`` (the issue-17 model) or
     ``linear`` (fitted coefficients)."""
@@ -73,7 +85,10 @@ class LatencyConfig:
     activation_bytes_routed: float | None = None  # ... per hidden element of each routed token copy (MoE)
     moe_layer_overhead_us: float | None = None  # GPU time per MoE layer per step (router, top-k, sort)
     routing_skew: float | None = None  # Zipf exponent of expert popularity; 0: uniform routing
-    all_reduce_latency_us: float | None = None  # fixed time of one TP all-reduce (or EP all-to-all)
+    all_reduce_latency_us: float | None = None  # fixed time of one custom all-reduce (or EP all-to-all)
+    sampler_bytes_per_logit: float | None = None  # sampling's bytes per logit of each sampled row
+    sampler_call_us: float | None = None  # sampling's fixed time per step
+    serving: ServingConfig = field(default_factory=ServingConfig)
     profile: str | None = None  # a calibrated latency profile: shipped name or path (distsim.calibrate)
 
 

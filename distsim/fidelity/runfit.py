@@ -46,6 +46,8 @@ from distsim.fidelity.suite.replay import split_overrides
 
 # the fitted terms: (config key, lower bound, upper bound, forward-difference step)
 TERMS: dict[str, tuple[float, float, float]] = {
+    "cluster.latency.all_reduce_latency_us": (0.0, 50.0, 2.0),
+    "cluster.latency.sampler_call_us": (0.0, 2000.0, 100.0),
     "cluster.latency.step_overhead_us": (0.0, 5000.0, 100.0),
     "cluster.latency.sequence_overhead_us": (0.0, 200.0, 2.0),
     "cluster.frontend.request_us": (0.0, 50000.0, 1000.0),
@@ -132,10 +134,13 @@ def _step(jac: np.ndarray, res: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: n
     return found.x * scale
 
 
-def fit(runs: Runs, start: dict[str, float], iterations: int = 3, lomo: bool = False, progress: Progress | None = None) -> RunFit:
-    """Fit :data:`TERMS` from ``start`` (see the module docstring)."""
+def fit(
+    runs: Runs, start: dict[str, float], iterations: int = 3, lomo: bool = False, progress: Progress | None = None,
+    terms: Sequence[str] | None = None,
+) -> RunFit:
+    """Fit ``terms`` (default: every one of :data:`TERMS`) from ``start`` (see the module docstring)."""
     say = progress or (lambda _line: None)
-    keys = list(TERMS)
+    keys = list(terms or TERMS)
     lo = np.array([TERMS[k][0] for k in keys])
     hi = np.array([TERMS[k][1] for k in keys])
     h = np.array([TERMS[k][2] for k in keys])
@@ -265,13 +270,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default=None, help="write the fit as JSON here")
+    p.add_argument("--terms", default=None, help=f"comma-separated keys to fit (default: all of {', '.join(TERMS)})")
     args = p.parse_intermixed_args(argv)
+    terms = args.terms.split(",") if args.terms else None
+    unknown = sorted(set(terms or ()) - set(TERMS))
+    if unknown:
+        print(f"distsim: --terms: not a fitted term: {', '.join(unknown)} (one of {', '.join(TERMS)})", file=sys.stderr)
+        return 2
     command = "python -m distsim.fidelity.runfit " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
         suite = read_suite(args.folder)
         start = start_values(args.overrides)
         with ReplayPool(args.overrides, workers=args.workers) as pool:
-            result = fit(Runs(suite, pool), start, args.iterations, args.lomo, lambda line: print(line, file=sys.stderr))
+            result = fit(Runs(suite, pool), start, args.iterations, args.lomo, lambda line: print(line, file=sys.stderr), terms)
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)
         return 2

@@ -91,6 +91,9 @@ class LatencyContext:
     tensor_parallel_size: int
     data_parallel_size: int = 1  # engines of one vLLM server (with expert parallelism they share the experts)
     expert_parallel: bool = False  # vLLM's enable_expert_parallel: experts spread over the tp x dp GPUs
+    max_num_seqs: int = 256  # the engine's: its CUDA-graph capture sizes follow from them (serving.py)
+    max_num_batched_tokens: int = 2048
+    async_scheduling: bool = True  # vLLM's --async-scheduling: host work overlaps the GPU step
 
 
 LatencyFactory = Callable[[Any, LatencyContext], LatencyModel]

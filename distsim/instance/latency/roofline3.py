@@ -16,8 +16,11 @@ attention   = F_pair A / (peak ae)  +  kv K / (bw me)
 activations = T (a_h H L + a_i I_tok + a_r k H L_moe) / (bw me)
 fp8 quant   = T Q_tok x 5.26 / bw  +  3.55 us x quantised inputs per step                    (FP8)
 layers      = L layer_overhead_us + L_moe moe_layer_overhead_us
-collectives = TP all-reduces and expert-parallel all-to-alls (as in roofline.py)
-host        = step_overhead_us + sequence_overhead_us x (D + S)
+collectives = TP all-reduces by message size and path (serving.py), expert-parallel all-to-alls
+sampling    = R x vocab x sampler_bytes_per_logit / (bw me) + sampler_call_us
+padding     = the matmuls, per-token kernels and collectives of the CUDA graph's padded rows (serving.py)
+host        = step_overhead_us + sequence_overhead_us x (D + S): only its excess over the GPU step's
+              context-free part adds under async scheduling, all of it without (serving.py)
 
 Why each term, and the data that pins it:
 
@@ -70,6 +73,7 @@ from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
 from distsim.instance.latency.roofline import RooflineLatency, _communication
+from distsim.instance.latency.serving import ServingLayer, ServingSettings, settings_from
 
 FP8_QUANT_CALL_US = 3.55  # micro_fp8_gemm.csv quant_us: fixed part of one per-token quantisation kernel
 FP8_QUANT_BYTES_PER_ELEMENT = 5.26  # and its part per input element, as bytes at the datasheet bandwidth
@@ -93,8 +97,11 @@ class Roofline3Coefficients:
     layer_overhead_us: float = 31.58
     moe_layer_overhead_us: float = 51.70
     routing_skew: float = 0.0
-    # collectives: no step table holds them (kernels only); NCCL's small-message latency, not fitted
+    # collectives: no step table holds them (kernels only); the fixed time of one custom all-reduce
     all_reduce_latency_us: float = 10.0
+    # sampling: bytes moved per logit of each sampled row, and a fixed time per step
+    sampler_bytes_per_logit: float = 0.0
+    sampler_call_us: float = 0.0
     # host: fitted on the 13 H100 runs with the GPU terms frozen (python -m distsim.fidelity.runfit,
     # docs/data/h100_runfit.json; the front end's per-token cost is fitted with them, distsim.config.schema)
     sequence_overhead_us: float = 0.0
@@ -102,6 +109,7 @@ class Roofline3Coefficients:
 
 
 DEFAULTS = Roofline3Coefficients()
+SERVING_DEFAULTS = ServingSettings()
 # the step-only fit (python -m distsim.fidelity.steps ... --nnls), with the issue-17 host terms: where the runfit and
 # the joint refit (python -m distsim.fidelity.jointfit, measured and not shipped: docs/fidelity.md) start from
 STEP_FIT = replace(DEFAULTS, sequence_overhead_us=5.82, step_overhead_us=864.0)
@@ -120,6 +128,8 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "moe_layer_overhead_us": (0.0, 1e6, False),
     "routing_skew": (0.0, 10.0, False),
     "all_reduce_latency_us": (0.0, 1e6, False),
+    "sampler_bytes_per_logit": (0.0, 1e4, False),
+    "sampler_call_us": (0.0, 1e6, False),
     "sequence_overhead_us": (0.0, 1e6, False),
     "step_overhead_us": (0.0, 1e9, False),
 }
@@ -190,7 +200,9 @@ class Roofline3Latency(RooflineLatency):
     """Per-operator step times (see the module docstring). Shares the decode fast path with
     :class:`RooflineLatency` (``decode_run_ends``, ``decode_steps_us``) through ``_decode_batch``."""
 
-    def __init__(self, ctx: LatencyContext, coefficients: Roofline3Coefficients = DEFAULTS):  # noqa: PLR0915
+    def __init__(  # noqa: PLR0915
+        self, ctx: LatencyContext, coefficients: Roofline3Coefficients = DEFAULTS, serving: ServingSettings = SERVING_DEFAULTS
+    ):
         m, hw, tp = ctx.model, ctx.hardware, ctx.tensor_parallel_size
         k = coefficients
         self.tp = tp
@@ -231,10 +243,17 @@ class Roofline3Latency(RooflineLatency):
             + units["quant_tok"]
         )
         self._layers = units["layers"] * beta["layer"] + units["moe_layers"] * beta["moe_layer"] + units["quant_fixed"]
-        self._a0, self._a_tok = _communication(m, hw, tp, ep_dp, k.all_reduce_latency_us)
+        # expert-parallel all-to-alls (the TP all-reduces are the serving layer's)
+        self._a0, self._a_tok = _communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
+        self.serving = ServingLayer(serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling)
+        self._overlap = self.serving.overlap
+        self._sample_row = m.vocab_size * k.sampler_bytes_per_logit / (hw.hbm_bw_tbps * 1e6) * beta["inv_me"]
+        self._sample_call = float(k.sampler_call_us)
         self._host = float(k.step_overhead_us)
         self._per_seq = float(k.sequence_overhead_us)
         self._decode_consts: dict[int, tuple[float, float, float, float]] = {}
+        self._serving_cache: dict[int, tuple[float, float, float, float]] = {}
+        self._mixed_cache: dict[tuple[int, int], tuple[float, float, float, float, float]] = {}
 
     # ---- the terms ---------------------------------------------------------------------------
     def touched(self, tokens: int) -> float:
@@ -246,7 +265,9 @@ class Roofline3Latency(RooflineLatency):
             got = self._touched_cache[tokens] = sum(1.0 - q**tokens for q in self._miss)
         return got
 
-    def _matmuls(self, tokens: int, sampled: int) -> float:
+    def _matmuls(self, tokens: int, sampled: int, routed: int = -1) -> float:
+        """The matmuls of ``tokens`` rows with ``sampled`` logit rows; ``routed``: the tokens whose
+        routing touches experts (default all; CUDA-graph padding rows are identical and add none)."""
         us = 0.0
         for c, ch, mem in self._dense:
             t = c * tokens + ch
@@ -255,18 +276,56 @@ class Roofline3Latency(RooflineLatency):
         t = c * sampled + ch
         us += t if t > mem else mem
         if self._moe:
-            e = self.touched(tokens)
+            e = self.touched(tokens if routed < 0 else routed)
             t = self._c_etok * tokens + self._c_etouch * e
             mem = self._m_etouch * e
             us += t if t > mem else mem
         return us
 
+    def _rows(self, tokens: int, sampled: int, routed: int = -1) -> float:
+        """The context-free GPU time of a step's ``tokens`` rows: matmuls, per-token kernels, collectives."""
+        return self._matmuls(tokens, sampled, routed) + self._tok * tokens + self.serving.collectives_us(tokens)
+
+    def terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float]:
+        """A step of ``tokens`` rows and ``seqs`` sequences (each sampled once): its context-free GPU
+        time with the serving terms (no attention), and those terms: (gpu us, padding us, collectives
+        us, sampling us, exposed host us). A decode batch's are cached (:meth:`_decode_batch`)."""
+        padded = self.serving.padded(tokens)
+        base = self._rows(tokens, seqs) if tokens else 0.0
+        gpu = self._rows(padded, seqs, tokens) if padded != tokens else base
+        pad = gpu - base
+        sampler = self._sample_row * seqs + self._sample_call if seqs else 0.0
+        gpu += sampler + self._layers + self._a0 + self._a_tok * tokens
+        host = self._host + self._per_seq * seqs
+        if self._overlap:
+            host = host - gpu if host > gpu else 0.0
+        return gpu, pad, self.serving.collectives_us(tokens), sampler, host
+
+    def step_terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float]:
+        """The serving terms of a step (padding, collectives, sampling, exposed host us), by
+        :meth:`terms`; a decode batch's (``tokens == seqs``) cached: the instance sums them per plan."""
+        if tokens == seqs:
+            got = self._serving_cache.get(tokens)
+            if got is None:
+                got = self._serving_cache[tokens] = self.terms(tokens, seqs)[1:]
+            return got
+        return self._mixed_terms(tokens, seqs)[1:]
+
+    def _mixed_terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float]:
+        """:meth:`terms` of a step with prefill work, kept for the instance's tally of the same step."""
+        key = (tokens, seqs)
+        got = self._mixed_cache.get(key)
+        if got is None:
+            if len(self._mixed_cache) > 4096:
+                self._mixed_cache.clear()
+            got = self._mixed_cache[key] = self.terms(tokens, seqs)
+        return got
+
     def _decode_batch(self, b: int) -> tuple[float, float, float, float]:
         cached = self._decode_consts.get(b)
         if cached is None:
-            lin = self._matmuls(b, b) + self._tok * b if b else 0.0
-            tail = self._layers + (self._a0 + self._a_tok * b) + (self._host + self._per_seq * b) + 0.5
-            cached = self._decode_consts[b] = (lin, self._c_win * b, self._m_win_dseq * b, tail)
+            gpu, _, _, _, host = self.terms(b, b)
+            cached = self._decode_consts[b] = (gpu, self._c_win * b, self._m_win_dseq * b, host + 0.5)
         return cached
 
     def step_time(self, p_tok: int, p_pairs: int, p_kv: int, d_seqs: int, d_ctx: int, p_seqs: int = 0) -> int:
@@ -275,12 +334,9 @@ class Roofline3Latency(RooflineLatency):
             seqs = d_seqs + (p_seqs or 1)
             att_c = self._c_dpair * d_ctx + self._c_win * d_seqs
             att_m = self._m_kv * d_ctx + self._m_win_dseq * d_seqs
-            serial = (
-                self._c_ppair * p_pairs + self._c_win * p_tok + self._m_kv * p_kv + self._m_win_ptok * p_tok
-                + self._tok * tokens
-            )
-            tail = self._layers + (self._a0 + self._a_tok * tokens) + (self._host + self._per_seq * seqs) + 0.5
-            us = math.floor((((att_c if att_c > att_m else att_m) + serial) + self._matmuls(tokens, seqs)) + tail)
+            serial = self._c_ppair * p_pairs + self._c_win * p_tok + self._m_kv * p_kv + self._m_win_ptok * p_tok
+            t = self._mixed_terms(tokens, seqs)
+            us = math.floor((((att_c if att_c > att_m else att_m) + serial) + t[0]) + (t[4] + 0.5))
         else:
             lin, att_c0, att_m0, tail = self._decode_batch(d_seqs)
             att_c = d_ctx * self._c_dpair + att_c0
@@ -338,7 +394,6 @@ class Roofline3Latency(RooflineLatency):
         val = lambda d: sum(b[k] * v for k, v in d.items())  # noqa: E731
         sides = [(val(a), val(m)) for a, m in pairs]
         tokens = shape.prefill_tokens + shape.decode_seqs
-        comm = self._a0 + self._a_tok * tokens
         experts = self._moe and tokens > 0
         n_dense = len(pairs) - 1 - experts  # the dense precisions and the lm_head
         out = {
@@ -352,9 +407,12 @@ class Roofline3Latency(RooflineLatency):
             "activations_us": sum(b[x] * add[x] for x in ("act_h", "act_i", "act_r")),
             "layers_us": b["layer"] * add["layer"] + b["moe_layer"] * add["moe_layer"],
             "fp8_quant_us": fixed,
-            "all_reduce_us": comm,
-            "host_us": self._host + self._per_seq * shape.sequences,
         }
+        _, padding, collectives, sampler, host = self.terms(tokens, shape.sequences)
+        out.update(
+            all_reduce_us=collectives + self._a0 + self._a_tok * tokens, padding_us=padding, sampler_us=sampler,
+            host_us=host, host_work_us=self._host + self._per_seq * shape.sequences,
+        )
         out["kernel_us"] = sum(max(c, m) for c, m in sides) + sum(b[x] * v for x, v in add.items()) + fixed
         return out
 
@@ -363,6 +421,8 @@ class Roofline3Latency(RooflineLatency):
         return self.breakdown(shape)["kernel_us"]
 
     def gpu_step_us(self, shape: StepShape) -> float:
+        """The step's GPU time at the batch's own size: the kernels and the collectives (no padding,
+        sampling or host: ``step_us`` adds those)."""
         t = self.breakdown(shape)
         return t["kernel_us"] + t["all_reduce_us"]
 
@@ -464,4 +524,4 @@ def coefficients_from(cfg: Any, defaults: Roofline3Coefficients = DEFAULTS) -> R
 @register_latency_model("roofline3")
 def _build(cfg: Any, ctx: LatencyContext) -> Roofline3Latency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
-    return Roofline3Latency(ctx, coefficients_from(cfg))
+    return Roofline3Latency(ctx, coefficients_from(cfg), settings_from(cfg))

@@ -1,0 +1,146 @@
+"""vLLM's serving layer around the kernels: what an engine step costs besides one GPU's kernels.
+
+The step tables (``../shared/data/h100_steps``) time a stand-in's kernels; vLLM's server adds, per step,
+one term per mechanism, each switched by a ``cluster.latency.serving`` key and reported by
+:meth:`ServingLayer.terms` (the step breakdown, instances.parquet's totals, the timeline's step args).
+Every threshold below is vLLM's, cited in docs/data/serving_sources.md:
+
+- **CUDA-graph padding** (``cuda_graphs``): a batch of T tokens up to the largest captured size runs the
+  graph of the next captured size (decode-only batches a full graph, mixed batches piecewise: the
+  matmuls and elementwise kernels inside the graph, attention outside it); the padded rows cost what
+  real rows cost in the matmuls and the per-token kernels. The logits are computed outside the graph,
+  on the sampled rows only. Captured sizes: 1, 2, 4, then every 8 below 256, then every 16, up to
+  min(2 max_num_seqs, 512) and at most max_num_batched_tokens (vllm/config/vllm.py).
+- **Collectives by message size and path** (``custom_all_reduce``): each TP all-reduce of T x hidden
+  activations takes vLLM's custom all-reduce when the group is 2, 4, 6 or 8 GPUs with peer-to-peer
+  access (more than two only fully NVLink-connected) and the message is under 8 MiB: one-shot (every
+  GPU reads every peer's buffer: latency + (tp - 1) bytes / link) for two GPUs, or under 512 KiB at up
+  to four and 256 KiB at up to eight, else two-shot (reduce-scatter then all-gather: two latencies +
+  2 (tp - 1) / tp bytes / link). Otherwise NCCL, as measured: on NVLink the affine fits of Vidur's
+  8-GPU H100 DGX all-reduce profiles by size (:data:`NCCL_NVLINK`), over PCIe the fit of its pairwise
+  boxes' 4-GPU rows (which cross PCIe), through host memory at half the host link without P2P.
+- **Host work** (``host_overlap``): the engine's per-step and per-sequence CPU time (scheduling, input
+  preparation, output processing). With async scheduling vLLM prepares step N+1 while step N runs on
+  the GPU, so the host time is hidden unless it exceeds the GPU's; only the excess adds. Without, it
+  adds in full. The GPU time it is compared with is the step's context-free part (matmuls, per-token
+  and per-layer kernels, collectives, padding, sampling: no attention), so that a decode batch's terms
+  are one table by batch size; the attention can only hide more.
+- **Sampling** (``sampler_bytes_per_logit``): the sampler's passes over each sampled row's logits
+  (float32 conversion, temperature, softmax, top-k/top-p), priced as bytes per logit at the memory
+  bandwidth, plus ``sampler_call_us`` per step.
+
+Detokenisation and streaming run in the API server process, beside the engine: they delay each token
+on its way to the client (``cluster.frontend.per_output_token_us``), not the engine's steps.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Any
+
+from distsim.errors import ConfigError
+
+# vllm/distributed/device_communicators/custom_all_reduce.py: max_size=8192 * 1024, world sizes 2, 4, 6, 8
+CUSTOM_AR_MAX_BYTES = 8192 * 1024
+CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8)
+# csrc/custom_all_reduce.cuh: one-shot below these sizes when fully connected (two GPUs: always)
+ONE_SHOT_MAX_BYTES = ((4, 512 * 1024), (8, 256 * 1024))
+# NCCL all-reduce on an H100 DGX by workers: (fixed us, algorithm bandwidth GB/s), least squares over
+# the messages of 8-64 MiB of Vidur's h100_dgx_all_reduce.csv (scripts/nccl_profiles.py)
+NCCL_NVLINK: dict[int, tuple[float, float]] = {2: (17.0, 290.0), 4: (20.8, 226.4), 8: (42.1, 217.0)}
+# its pairwise-NVLink box's 4-GPU rows, whose all-reduce crosses PCIe: fixed us and algorithm bandwidth
+# as a fraction of the PCIe link per direction it crossed (Gen5 x16, 64 GB/s)
+NCCL_PCIE = (51.7, 33.2 / 64.0)
+INTERCONNECTS = ("nvlink", "pcie")
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """``cluster.latency.serving``: each mechanism on or off, and the GPU link the collectives take."""
+
+    cuda_graphs: bool = True
+    custom_all_reduce: bool = True
+    host_overlap: bool | None = None  # null: engine.async_scheduling
+    interconnect: str | None = None  # nvlink | pcie; null: nvlink when the GPU link beats the host link
+    p2p: bool = True  # GPU peer-to-peer access (PCIe consumer cards may lack it)
+
+
+def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
+    """vLLM's default CUDA-graph capture sizes for these engine settings (vllm/config/vllm.py)."""
+    top = min(min(2 * max_num_seqs, 512), max_num_batched_tokens)
+    sizes = [s for s in (1, 2, 4) if s <= top]
+    sizes += range(8, min(top + 1, 256), 8)
+    sizes += range(256, top + 1, 16)
+    return tuple(sizes)
+
+
+def settings_from(cfg: Any, key: str = "cluster.latency.serving") -> ServingSettings:
+    """The settings a ``cluster.latency.serving`` node sets (defaults for missing or null keys)."""
+    node = cfg.get("serving") if cfg is not None else None
+    if node is None:
+        return ServingSettings()
+    out = {}
+    for name in ("cuda_graphs", "custom_all_reduce", "host_overlap", "p2p"):
+        value = node.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}.{name}", f"must be true or false (got {value!r})")
+        out[name] = value
+    link = node.get("interconnect")
+    if link is not None:
+        if link not in INTERCONNECTS:
+            raise ConfigError(f"{key}.interconnect", f"must be one of {', '.join(INTERCONNECTS)} (got {link!r})")
+        out["interconnect"] = link
+    return ServingSettings(**out)
+
+
+def all_reduce_us(nbytes: float, tp: int, link_gbps: float, nvlink: bool, p2p: bool, custom: bool,
+                  custom_latency_us: float, host_link_gbps: float) -> float:
+    """One all-reduce of ``nbytes`` over ``tp`` GPUs: vLLM's custom all-reduce or NCCL (module docstring)."""
+    if tp <= 1 or nbytes <= 0:
+        return 0.0
+    link = link_gbps * 1e3  # bytes per us
+    if custom and p2p and tp in CUSTOM_AR_WORLD_SIZES and (tp == 2 or nvlink) and nbytes < CUSTOM_AR_MAX_BYTES:
+        one_shot = tp == 2 or any(tp <= n and nbytes < limit for n, limit in ONE_SHOT_MAX_BYTES)
+        if one_shot:
+            return custom_latency_us + (tp - 1) * nbytes / link
+        return 2.0 * custom_latency_us + 2.0 * (tp - 1) / tp * nbytes / link
+    if nvlink:
+        fixed, algbw = NCCL_NVLINK[min((n for n in NCCL_NVLINK if n >= tp), default=8)]
+        return fixed + nbytes / (algbw * 1e3)
+    fixed, share = NCCL_PCIE
+    bw = link * share if p2p else host_link_gbps * 1e3 / 2.0
+    return fixed + nbytes / bw
+
+
+class ServingLayer:
+    """The serving terms of one engine (a model on ``tp`` GPUs) as tables by token count."""
+
+    def __init__(self, settings: ServingSettings, ctx: Any, custom_latency_us: float, async_scheduling: bool):
+        m, hw, tp = ctx.model, ctx.hardware, ctx.tensor_parallel_size
+        self.settings = settings
+        self.overlap = async_scheduling if settings.host_overlap is None else settings.host_overlap
+        link = settings.interconnect or ("nvlink" if hw.link_gbps_per_dir > hw.host_link_gbps_per_dir else "pcie")
+        self.nvlink = link == "nvlink"
+        self._ar = (tp, hw.link_gbps_per_dir, self.nvlink, settings.p2p, settings.custom_all_reduce,
+                    custom_latency_us, hw.host_link_gbps_per_dir)
+        self._ar_bytes = m.hidden_size * 2  # activations are bf16 (FP8 checkpoints too)
+        self._n_ar = 2 * m.num_layers if tp > 1 else 0
+        self.sizes = capture_sizes(ctx.max_num_seqs, ctx.max_num_batched_tokens) if settings.cuda_graphs else ()
+        self._comm: dict[int, float] = {}
+
+    def padded(self, tokens: int) -> int:
+        """The rows a batch of ``tokens`` runs at: the next captured size, or itself above the largest."""
+        sizes = self.sizes
+        if not sizes or tokens > sizes[-1] or tokens <= 0:
+            return tokens
+        return sizes[bisect_left(sizes, tokens)]
+
+    def collectives_us(self, tokens: int) -> float:
+        """The TP all-reduces of one step of ``tokens`` rows (two per layer)."""
+        got = self._comm.get(tokens)
+        if got is None:
+            got = self._comm[tokens] = self._n_ar * all_reduce_us(tokens * self._ar_bytes, *self._ar) if self._n_ar else 0.0
+        return got
