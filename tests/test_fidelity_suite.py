@@ -11,7 +11,7 @@ import pytest
 from distsim.errors import InputFileError, UserError
 from distsim.fidelity.suite import replay as suite_cli
 from distsim.fidelity.suite.data import pool_trace, read_suite
-from distsim.fidelity.suite.metrics import stage_index, stage_metrics
+from distsim.fidelity.metrics import stage_index, stage_metrics
 from distsim.simulate import simulate
 
 RUNS = Path(__file__).parents[1].parent / "shared" / "data" / "h100_vllm_runs"
