@@ -1,19 +1,12 @@
-"""Replay every run of a folder of measured runs and tabulate the errors (issue 17, item 6).
+"""Replay every run of a folder of measured runs and tabulate the errors (``validate`` on a folder).
 
-    python -m distsim.fidelity.suite ../shared/data/h100_vllm_runs [overrides...] --out DIR
+    python -m distsim.calibrate validate ../shared/data/h100_vllm_runs [overrides...] --out DIR [--runs IDS]
 
-Each run (:mod:`distsim.fidelity.suite.data`) is replayed on one instance: ``cluster.hardware=H100``,
-the run's model, TP and engine settings (KV blocks included), the default ``cluster.latency.kind`` (roofline3), its
-trace through distsim's ``csv`` trace reader with ``prefix_group`` mapped onto shared leading block keys
-(``workload.prefix.groups`` = the profile's system prompts, ``workload.prefix.tokens`` = its system
-prompt length). Overrides go on top and win over the run's values (``workload.num_requests=200`` caps a
-replay). One override is the suite's own, not a config key: ``replay.prompts=pool`` replays each trace
-with inference-perf's prompt pool (every ``user`` of the trace sends one fixed prompt, again and again,
-so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite.data.pool_trace`;
-the default, as inference-perf's ``shared_prefix`` generator sent the real requests);
-``replay.prompts=trace`` takes the trace as written, a fresh question behind the shared
-system prompt in every request (docs/fidelity.md, "Load slope"). The simulated requests give the same per-stage metrics by the same definitions
-(:mod:`distsim.fidelity.suite.replay.metrics`); error % = (simulated - measured) / measured x 100.
+Each run (:mod:`distsim.fidelity.suite.data`) is replayed on one instance by the one replay path
+(:mod:`distsim.fidelity.replay`: its settings, its trace, ``replay.prompts``), overrides on top
+(``workload.num_requests=200`` caps a replay). The simulated requests give the same per-stage metrics
+by the same definitions (:func:`distsim.fidelity.metrics.stage_metrics`); error % = (simulated -
+measured) / measured x 100.
 
 Writes DIR/suite.csv (one row per run, stage and metric, with each peer's recorded ``mpe``) and
 DIR/suite.md (per-run errors of mean E2E, TTFT, ITL and the medians of their absolute values beside the
@@ -90,6 +83,22 @@ def skip_reason(run: SuiteRun, suite: Suite) -> str | None:
     except UserError as err:
         return f"model does not load: {err}"
     return None
+
+
+def fit_runs(suite: Suite, ids: Sequence[str] | None = None) -> tuple[list[SuiteRun], list[tuple[str, str]]]:
+    """The runs to fit (those of ``ids``, or all) that can be compared, and (id, reason) for the rest."""
+    runs, skipped = [], []
+    for run in suite.select(ids):
+        reason = skip_reason(run, suite)
+        if reason is None:
+            runs.append(run)
+        else:
+            skipped.append((run.id, reason))
+    if not runs:
+        raise UserError(
+            f"no run of {suite.root} can be fitted: " + "; ".join(f"{i}: {w}" for i, w in skipped)
+        )
+    return runs, skipped
 
 
 # long: the loop over runs with its skip, timing and progress bookkeeping reads best in one place
@@ -214,8 +223,8 @@ def write_result(result: SuiteResult, out: Path, folder: str, overrides: Sequenc
     ]
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.suite", description=__doc__.splitlines()[0])
+def parse_args(argv: Sequence[str] | None, prog: str = "python -m distsim.calibrate validate") -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("folder", help="a folder with experiments.csv, workload_profiles.json, traces/, measured.csv")
     p.add_argument("overrides", nargs="*", help="config overrides on top of each run's settings (key=value)")
     p.add_argument("--out", required=True, help="output folder for suite.csv and suite.md")
@@ -223,15 +232,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_intermixed_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m distsim.calibrate validate") -> int:
+    args = parse_args(argv, prog)
     try:
         out = outputs.prepare_dir(args.out)
         suite = read_suite(args.folder)
         result = replay_suite(suite, args.overrides, parse_ids(args.runs), progress=lambda line: print(line, file=sys.stderr))
         write_result(result, out, args.folder, args.overrides)
     except UserError as err:
-        print(f"distsim: {err}", file=sys.stderr)
+        print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2
     print(medians_markdown(result))
     for run, reason in result.skipped:
