@@ -1,4 +1,4 @@
-"""The replay harness for a folder of measured runs (issue 17, item 6): reader, metrics, replay, errors."""
+"""The replay harness for a folder of measured runs : reader, metrics, replay, errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fidelity guard (issue 24, item 6): the shipped defaults scored on the step tables and on a fixed
+"""The fidelity guard: the shipped defaults scored on the step tables and on a fixed
 slice of the measured runs, against the figures docs/fidelity.md records.
 
 The script that writes docs/fidelity.md (``scripts/fidelity_h100.py``) also writes the same figures,

@@ -1,5 +1,4 @@
-"""The issue-24 tables of docs/fidelity.md (written by scripts/fidelity_h100.py): the per-operator step
-model (``cluster.latency.kind=roofline3``) on the step tables in sample and leave-one-model-out, its
+"""The per-operator step model's tables of docs/fidelity.md (written by scripts/fidelity_h100.py): the model (``cluster.latency.kind=roofline3``) on the step tables in sample and leave-one-model-out, its
 coefficients with the data that pins each, GPU against host time per step class, the real runs in sample
 and leave-one-model-out (from docs/data/h100_runfit.json, which ``python -m distsim.fidelity.runfit``
 writes), the load slope of the two-rate runs, and the RTX runs held out. Each figure is measured here or
@@ -18,7 +17,7 @@ import pandas as pd
 from distsim.fidelity.steps.compare import CLASSES
 
 ROOFLINE3 = ["cluster.latency.kind=roofline3"]
-# the issue-17 roofline as it was the default: its fitted front end (docs/data/h100_fit.json)
+# the previous default, the roofline model,: its fitted front end (docs/data/h100_fit.json)
 PREVIOUS = [
     "cluster.latency.kind=roofline", "cluster.frontend.request_us=1778", "cluster.frontend.per_input_token_us=5.48",
     "cluster.frontend.per_output_token_us=15.5",
@@ -83,8 +82,7 @@ def step_section(folder: Path) -> str:
     return "\n".join(
         [
             "Mean absolute error of one GPU's kernel time per step (max in brackets), against "
-            "`python -m distsim.fidelity.steps ../shared/data/h100_steps cluster.latency.kind=roofline3 --nnls "
-            "--lomo` (every table and step class; leave-one-model-out leaves a model's tables out whole: "
+            "`python -m distsim.calibrate steps ../shared/data/h100_steps --fit --lomo` (every table and step class; leave-one-model-out leaves a model's tables out whole: "
             "Scout's FP8 and bf16 rows together, Mixtral's and Qwen3's moe_skew rows with their tables).",
             "",
             *lines,
