@@ -50,12 +50,14 @@ def test_steps_runs_validate_report(run, tmp_path, capsys):
     record = json.loads(fit.read_text())
     gpu = f"cluster.latency.compute_efficiency={step_fit['values']['compute_efficiency']!r}"
     assert record["latency_kind"] == "roofline3" and gpu in record["overrides"]  # fitted under the step fit's GPU terms
+    assert gpu in record["use"]  # and simulated with them
     assert record["fit"]["objective"] <= record["start"]["objective"]
     assert set(record["fit"]["runs"]) == {run.stem}
 
     val = tmp_path / "val"
-    assert main(["validate", str(run), *record["overrides"], *record["use"], "--no-plots", "--out", str(val)]) == 0
-    assert "e2e_ms.mean" in json.loads((val / "validation.json").read_text())
+    assert main(["validate", str(run), "--fit", str(fit), "--no-plots", "--out", str(val)]) == 0
+    errors = json.loads((val / "validation.json").read_text())
+    assert abs(errors["e2e_ms.mean"]["error_pct"]) < 5  # the fit's values, not the defaults
 
     page = tmp_path / "fit.md"
     assert main(["report", str(fit), "--steps", str(steps_out / "step_fit.json"), "--out", str(page)]) == 0
@@ -85,6 +87,7 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
         (["runs", "RUN", "--steps", "nowhere.json"], "--steps nowhere.json: not a step fit"),
         (["steps", str(STEPS), "--lomo"], "--lomo goes with --fit"),
         (["report", "nowhere.json"], "nowhere.json: cannot read a serving fit"),
+        (["validate", "RUN", "--fit", "nowhere.json"], "--fit nowhere.json: not a fit written by calibrate runs"),
     ],
 )
 def test_a_users_mistake_is_one_line_and_exit_2(argv, words, run, tmp_path, capsys, monkeypatch):

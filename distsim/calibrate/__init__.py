@@ -2,7 +2,7 @@
 
     python -m distsim.calibrate steps FOLDER [overrides...] [--fit [--lomo]] [--out DIR]
     python -m distsim.calibrate runs RUN... | SUITE_FOLDER [overrides...] [--steps STEP_FIT] [--lomo] [--out FIT.json]
-    python -m distsim.calibrate validate RUN | SUITE_FOLDER [overrides...] [--out DIR]
+    python -m distsim.calibrate validate RUN | SUITE_FOLDER [overrides...] [--fit FIT.json] [--out DIR]
     python -m distsim.calibrate report FIT.json [--steps STEP_FIT.json] [--out FILE.md]
 
 The stages, in the order the data flows, and the module that does each:

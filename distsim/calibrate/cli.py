@@ -74,14 +74,15 @@ def runs_main(argv: Sequence[str]) -> int:
     try:
         terms = _terms(ns.terms)
         out = outputs.prepare_file(ns.out)
-        frozen = [*stage.gpu_overrides(ns.steps, overrides), *overrides]  # the user's own values win
+        gpu = stage.gpu_overrides(ns.steps, overrides)
+        frozen = [*gpu, *overrides]  # the user's own values win
         with ReplayPool(frozen, workers=ns.workers or os.cpu_count() or 1) as pool:
             runs, _ = stage.load_runs(paths, pool, ns.runs)
             if ns.lomo:
                 stage.check_lomo(runs)
             start = runfit.start_values(frozen)
             result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms)
-        record = stage.fit_record(result, runs, frozen, command)
+        record = stage.fit_record(result, runs, frozen, command, gpu)
         outputs.write_text(out, json.dumps(record, indent=2, allow_nan=True) + "\n")
     except UserError as err:
         print(f"distsim.calibrate: {err}", file=sys.stderr)
@@ -96,10 +97,33 @@ def runs_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _with_fit(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--fit FIT.json`` replaced by the fit's overrides, placed before the user's own
+    overrides (so those win)."""
+    from distsim.calibrate.runs import fit_overrides
+
+    argv = list(argv)
+    if "--fit" not in argv:
+        return argv
+    at = argv.index("--fit")
+    if at + 1 >= len(argv):
+        raise UserError("--fit needs a fit file (calibrate runs --out)")
+    use = fit_overrides(argv[at + 1])
+    del argv[at : at + 2]
+    first = next((i for i, a in enumerate(argv) if not a.startswith("-") and "=" not in a), -1)
+    return argv[: first + 1] + use + argv[first + 1 :]
+
+
 def validate_main(argv: Sequence[str]) -> int:
-    """A folder of runs: suite.csv and suite.md; a run: validation.json and its plots (distsim.validate)."""
+    """A folder of runs: suite.csv and suite.md; a run: validation.json and its plots (distsim.validate).
+    ``--fit FIT.json`` validates at a fit's values."""
     from distsim.calibrate.runs import is_suite
 
+    try:
+        argv = _with_fit(argv)
+    except UserError as err:
+        print(f"distsim.calibrate: {err}", file=sys.stderr)
+        return 2
     first = next((a for a in argv if not a.startswith("-") and "=" not in a), None)
     if first is not None and is_suite(first):
         from distsim.fidelity.suite import replay as suite

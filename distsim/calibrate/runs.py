@@ -91,13 +91,15 @@ def load_runs(paths: Sequence[str], pool: ReplayPool, ids: str | None = None) ->
     return RequestRuns([read_run(p) for p in paths], pool), None
 
 
-def fit_record(result: runfit.RunFit, runs: runfit.Runs, overrides: Sequence[str], command: str) -> dict:
-    """The fit as JSON: runfit's record, the GPU overrides it was fitted under, and the fitted values as
-    the overrides that reproduce them (``use``)."""
+def fit_record(
+    result: runfit.RunFit, runs: runfit.Runs, overrides: Sequence[str], command: str, gpu: Sequence[str] = ()
+) -> dict:
+    """The fit as JSON: runfit's record (``overrides``: every value it was fitted under) and ``use``: the
+    overrides that simulate with the fit, the step fit's GPU terms (``gpu``) and the fitted values."""
     body = runfit.to_json(result, runs.suite, overrides, command)
     body["latency_kind"] = OmegaConf.select(load_config(split_overrides(overrides)[0]), "cluster.latency.kind")
     body["skipped"] = [list(s) for s in runs.skipped]
-    body["use"] = [f"{k}={v:.6g}" for k, v in {**result.best.values, **runfit.HELD}.items()]
+    body["use"] = [*gpu, *(f"{k}={v:.6g}" for k, v in {**result.best.values, **runfit.HELD}.items())]
     return body
 
 
@@ -105,3 +107,12 @@ def check_lomo(runs: runfit.Runs) -> None:
     models = {r.model_name for r in runs.runs}
     if len(models) < 2:
         raise UserError(f"--lomo needs runs of at least two models (got {', '.join(sorted(models))})")
+
+
+def fit_overrides(path: str | Path) -> list[str]:
+    """The ``use`` overrides of a fit written by ``calibrate runs``."""
+    try:
+        use = json.loads(Path(path).read_text(encoding="utf-8"))["use"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"--fit {path}: not a fit written by calibrate runs ({err})") from None
+    return [str(u) for u in use]
