@@ -51,7 +51,7 @@ def test_capture_sizes_follow_max_num_seqs_and_the_token_budget():
 
 
 def test_a_decode_batch_runs_at_the_next_captured_size_and_pays_for_the_padded_rows():
-    on, off = roof(), roof(serving=ServingSettings(cuda_graphs=False))
+    on, off = roof(), roof(serving=ServingSettings(cuda_graphs=False), eager_layer_overhead_us=0.0)
     assert on.serving.padded(13) == 16 and on.serving.padded(16) == 16 and on.serving.padded(600) == 600
     assert off.serving.padded(13) == 13
     # by hand: the padded rows' matmuls and per-token kernels (TP 1: no collectives)
@@ -59,6 +59,16 @@ def test_a_decode_batch_runs_at_the_next_captured_size_and_pays_for_the_padded_r
     assert on.breakdown(decode(13))["padding_us"] > 0 and on.breakdown(decode(16))["padding_us"] == 0
     assert off.breakdown(decode(13))["padding_us"] == 0
     assert on.step_us(decode(13)) > off.step_us(decode(13)) and on.step_us(decode(16)) == off.step_us(decode(16))
+
+
+def test_a_step_without_a_graph_pays_launch_gaps_per_layer():
+    on = roof(eager_layer_overhead_us=10.0)
+    gaps = 10.0 * LLAMA.num_layers
+    big = StepShape(600, 600 * 601 // 2, 600, 0, 0, 1)  # above the largest captured size (512)
+    assert on.breakdown(big)["eager_us"] == gaps and on.breakdown(decode(13))["eager_us"] == 0.0
+    assert on.step_us(big) - roof(eager_layer_overhead_us=0.0).step_us(big) in (gaps - 1, gaps, gaps + 1)
+    eager = roof(eager_layer_overhead_us=10.0, serving=ServingSettings(cuda_graphs=False))
+    assert eager.breakdown(decode(13))["eager_us"] == gaps and eager.breakdown(decode(13))["padding_us"] == 0.0
 
 
 def test_the_all_reduce_takes_vllms_path_by_size_and_link():
@@ -95,29 +105,43 @@ def test_collectives_in_the_step_are_two_all_reduces_per_layer():
 def test_async_scheduling_hides_host_time_up_to_the_gpu_step_and_adds_the_excess():
     shape = decode(8)
     small, big = 500.0, 50_000.0
-    hidden = roof(step_overhead_us=small)
-    assert hidden.breakdown(shape)["host_us"] == 0.0 and hidden.breakdown(shape)["host_work_us"] == small
+    per_seq = 2.0
+    hidden = roof(step_overhead_us=small, sequence_overhead_us=per_seq)
+    assert hidden.breakdown(shape)["host_us"] == 0.0 and hidden.breakdown(shape)["host_work_us"] == small + 8 * per_seq
     assert hidden.step_us(shape) == roof(step_overhead_us=0.0).step_us(shape)
-    over = roof(step_overhead_us=big)
+    over = roof(step_overhead_us=big - 8 * per_seq, sequence_overhead_us=per_seq)
     gpu = over.terms(8, 8)[0]  # the step's context-free GPU time
     assert over.breakdown(shape)["host_us"] == pytest.approx(big - gpu, rel=1e-12)
-    sync = roof(step_overhead_us=small, async_scheduling=False)
+    sync = roof(step_overhead_us=small, sequence_overhead_us=0.0, async_scheduling=False)
     assert sync.breakdown(shape)["host_us"] == small
     assert sync.step_us(shape) - hidden.step_us(shape) in (small - 1, small, small + 1)
     # the setting overrides the engine's scheduling
-    assert roof(step_overhead_us=small, serving=ServingSettings(host_overlap=False)).breakdown(shape)["host_us"] == small
+    off = roof(step_overhead_us=small, sequence_overhead_us=0.0, serving=ServingSettings(host_overlap=False))
+    assert off.breakdown(shape)["host_us"] == small
 
 
 def test_sampling_costs_bytes_per_logit_of_each_sampled_row_and_a_call():
-    lm = roof(sampler_bytes_per_logit=12.0, sampler_call_us=30.0)
-    by_hand = 8 * LLAMA.vocab_size * 12.0 / (H100.hbm_bw_tbps * 1e6) / DEFAULTS.memory_efficiency + 30.0
+    lm = roof(sampler_bytes_per_logit=12.0, sampler_call_us=30.0, sampler_extra_rows=20.0)
+    by_hand = (8 + 20) * LLAMA.vocab_size * 12.0 / (H100.hbm_bw_tbps * 1e6) / DEFAULTS.memory_efficiency + 30.0
     assert lm.breakdown(decode(8))["sampler_us"] == pytest.approx(by_hand, rel=1e-12)
-    assert roof().breakdown(decode(8))["sampler_us"] == 0.0
-    assert lm.step_us(decode(8)) - roof().step_us(decode(8)) in range(int(by_hand) - 1, int(by_hand) + 2)
+    off = roof(sampler_bytes_per_logit=0.0, sampler_call_us=0.0)
+    assert off.breakdown(decode(8))["sampler_us"] == 0.0
+    assert lm.step_us(decode(8)) - off.step_us(decode(8)) in range(int(by_hand) - 1, int(by_hand) + 2)
+
+
+def test_paged_kv_reads_cost_the_factor_in_serving_and_not_in_the_kernels():
+    shape = decode(16, 4000)
+    base, paged = roof(), roof(paged_kv_read_factor=1.5)
+    assert paged.kernel_us(shape) == base.kernel_us(shape)  # the step tables see the stand-in's kernels
+    t = base.breakdown(shape)
+    assert t["paged_kv_us"] == 0.0
+    kv = 16 * 4000 * LLAMA.kv_bytes_per_token_per_gpu(1) / (H100.hbm_bw_tbps * 1e6) / DEFAULTS.memory_efficiency
+    assert paged.breakdown(shape)["paged_kv_us"] == pytest.approx(0.5 * kv, rel=1e-9)  # KV-bound: half the read again
+    assert paged.step_us(shape) - base.step_us(shape) in range(int(0.5 * kv) - 1, int(0.5 * kv) + 2)
 
 
 def test_decode_runs_agree_with_single_steps_with_every_term_on():
-    lm = roof(tp=2, step_overhead_us=20_000.0, sampler_bytes_per_logit=8.0, sampler_call_us=40.0)
+    lm = roof(tp=2, step_overhead_us=20_000.0, sampler_bytes_per_logit=8.0, sampler_call_us=40.0, paged_kv_read_factor=1.3)
     for b in (1, 3, 13, 100, 300):
         steps = lm.decode_steps_us(b, 5000, 30)
         assert list(steps) == [lm.step_us(decode(b, 0)._replace(decode_ctx=5000 + j * b)) for j in range(30)]
@@ -138,6 +162,6 @@ def test_instances_and_the_timeline_show_the_serving_terms(tmp_path):
     assert (inst[list(SERVING_COLUMNS)].sum(axis=1) < inst["busy_ms"]).all()
     result.write(tmp_path)
     steps = [e for e in json.loads((tmp_path / "timeline.json").read_text())["traceEvents"] if e.get("cat") == "step"]
-    assert steps and all({"padding_us", "collectives_us", "sampler_us", "host_us"} <= set(e["args"]) for e in steps)
+    assert steps and all({"padding_us", "eager_us", "collectives_us", "sampler_us", "host_us"} <= set(e["args"]) for e in steps)
     off = simulate(load_config([*SMALL_TP2, "cluster.latency.serving.cuda_graphs=false"])).instances
     assert (off["padding_ms"] == 0).all()

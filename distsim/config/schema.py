@@ -86,8 +86,12 @@ class LatencyConfig:
     moe_layer_overhead_us: float | None = None  # GPU time per MoE layer per step (router, top-k, sort)
     routing_skew: float | None = None  # Zipf exponent of expert popularity; 0: uniform routing
     all_reduce_latency_us: float | None = None  # fixed time of one custom all-reduce (or EP all-to-all)
-    sampler_bytes_per_logit: float | None = None  # sampling's bytes per logit of each sampled row
+    all_reduce_link_efficiency: float | None = None  # the custom all-reduce's share of the link bandwidth
+    eager_layer_overhead_us: float | None = None  # launch gaps per layer of a step run without a CUDA graph
     sampler_call_us: float | None = None  # sampling's fixed time per step
+    sampler_bytes_per_logit: float | None = None  # sampling's bytes per logit of each sampled row
+    sampler_extra_rows: float | None = None  # rows' worth of sampling time at any batch (row-per-block kernels)
+    paged_kv_read_factor: float | None = None  # vLLM's paged attention's KV read time over the step tables'
     serving: ServingConfig = field(default_factory=ServingConfig)
     profile: str | None = None  # a calibrated latency profile: shipped name or path (distsim.calibrate)
 
@@ -131,10 +135,10 @@ class FrontendConfig:
     """Costs outside the engine, as a client measures (distsim.cluster.settings.FrontendSettings): per
     request and per prompt token before the engine queues a request, per output token after it emits one."""
 
-    # fitted on the real vLLM runs on H100 with roofline3's GPU terms frozen (docs/fidelity.md; docs/data/h100_runfit.json);
-    # the issue-17 roofline was fitted with 1778 / 5.48 / 15.5 (docs/data/h100_fit.json)
+    # fitted on the real vLLM runs on H100 with roofline3's GPU and serving terms frozen (docs/fidelity.md;
+    # docs/data/h100_runfit.json); the issue-17 roofline was fitted with 1778 / 5.48 / 15.5 (docs/data/h100_fit.json)
     request_us: float = 0.0
-    per_input_token_us: float = 13.1775
+    per_input_token_us: float = 13.6217
     per_output_token_us: float = 0.0
 
 

@@ -27,7 +27,7 @@ from distsim.fidelity.suite.replay import suite_config
 from distsim.metrics.tables import SERVING_COLUMNS
 from distsim.simulate import simulate
 
-PARTS = ("kernels", "collectives", "padding", "sampler", "host")
+PARTS = ("kernels", "collectives", "padding", "eager", "sampler", "host")
 COLUMNS = ["run", "model", "tp", "itl_measured", "itl_simulated", *(f"itl_{p}" for p in PARTS), "ttft_measured",
            "ttft_simulated", "ttft_front_end", "ttft_engine"]
 
@@ -57,7 +57,8 @@ def decompose(folder: str, overrides: Sequence[str] = (), run_ids: Sequence[str]
         busy = float(inst["busy_ms"].sum())
         serving = {c: float(inst[c].sum()) if c in inst else 0.0 for c in SERVING_COLUMNS}
         shares = {"kernels": busy - sum(serving.values()), "collectives": serving["collectives_ms"],
-                  "padding": serving["padding_ms"], "sampler": serving["sampler_ms"], "host": serving["host_ms"]}
+                  "padding": serving["padding_ms"], "eager": serving["eager_ms"], "sampler": serving["sampler_ms"],
+                  "host": serving["host_ms"]}
         itl = float(sim["itl_mean"])
         fe = cfg.cluster.frontend
         front = (float(fe.request_us) + float(fe.per_input_token_us) * float(done["input_tokens"].mean())) / 1000.0
@@ -70,14 +71,14 @@ def decompose(folder: str, overrides: Sequence[str] = (), run_ids: Sequence[str]
 
 def markdown(table: pd.DataFrame) -> str:
     """The decomposition as a markdown table (ms; the residual is measured - simulated)."""
-    head = ("| run | model | TP | ITL measured | simulated | residual | kernels | collectives | padding | sampling | host "
+    head = ("| run | model | TP | ITL measured | simulated | residual | kernels | collectives | padding | eager | sampling | host "
             "| TTFT measured | simulated | residual | front end | engine |")
-    lines = [head, "|---|---|---:|" + "---:|" * 13]
+    lines = [head, "|---|---|---:|" + "---:|" * 14]
     for r in table.itertuples(index=False):
         lines.append(
             f"| {r.run} | {r.model} | {r.tp} | {r.itl_measured:.2f} | {r.itl_simulated:.2f} | "
             f"{r.itl_measured - r.itl_simulated:+.2f} | {r.itl_kernels:.2f} | {r.itl_collectives:.2f} | "
-            f"{r.itl_padding:.2f} | {r.itl_sampler:.2f} | {r.itl_host:.2f} | {r.ttft_measured:.1f} | "
+            f"{r.itl_padding:.2f} | {r.itl_eager:.2f} | {r.itl_sampler:.2f} | {r.itl_host:.2f} | {r.ttft_measured:.1f} | "
             f"{r.ttft_simulated:.1f} | {r.ttft_measured - r.ttft_simulated:+.1f} | {r.ttft_front_end:.1f} | "
             f"{r.ttft_engine:.1f} |"
         )

@@ -47,7 +47,9 @@ from distsim.fidelity.suite.replay import split_overrides
 # the fitted terms: (config key, lower bound, upper bound, forward-difference step)
 TERMS: dict[str, tuple[float, float, float]] = {
     "cluster.latency.all_reduce_latency_us": (0.0, 50.0, 2.0),
+    "cluster.latency.all_reduce_link_efficiency": (0.05, 1.0, 0.1),
     "cluster.latency.sampler_call_us": (0.0, 2000.0, 100.0),
+    "cluster.latency.paged_kv_read_factor": (0.5, 3.0, 0.1),
     "cluster.latency.step_overhead_us": (0.0, 5000.0, 100.0),
     "cluster.latency.sequence_overhead_us": (0.0, 200.0, 2.0),
     "cluster.frontend.request_us": (0.0, 50000.0, 1000.0),

@@ -128,7 +128,7 @@ class Instance(Scheduler):
         self._set_engine(params)
         self.stats = InstanceStats()
         if self._step_terms is not None:
-            self.stats.serving_us = [0.0, 0.0, 0.0, 0.0]
+            self.stats.serving_us = [0.0, 0.0, 0.0, 0.0, 0.0]
         self.board = None  # the cluster's SignalBoard: this instance pushes its state there
         self.step_index = 0  # steps completed
         self.busy = False  # a plan is in flight (or about to be made)
@@ -354,12 +354,13 @@ class Instance(Scheduler):
         terms = self._step_terms
         if terms is not None:  # the serving layer's share of the plan's time
             chunks = plan.chunks
-            pad, comm, samp, host = terms(b + sum(n for _, n in chunks), b + len(chunks)) if chunks else terms(b, b)
+            pad, eager, comm, samp, host = terms(b + sum(n for _, n in chunks), b + len(chunks)) if chunks else terms(b, b)
             acc = stats.serving_us
             acc[0] += k * pad
-            acc[1] += k * comm
-            acc[2] += k * samp
-            acc[3] += k * host
+            acc[1] += k * eager
+            acc[2] += k * comm
+            acc[3] += k * samp
+            acc[4] += k * host
         ends = plan.ends_us
         if ends is not None:  # a fast-forwarded run
             if k > 1:  # its first step took its blocks when planned; the rest take theirs now

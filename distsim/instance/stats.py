@@ -60,8 +60,8 @@ class InstanceStats:
         self.itl_run_counts: list[int] = []  # steps per run
         self.itl_run_weights: list[int] = []  # decoding requests per run
         self.itl_single: list[int] = []
-        # the serving layer's share of busy_us (roofline3): CUDA-graph padding, collectives, sampling,
-        # exposed host time (distsim/instance/latency/serving.py); None: the latency model has none
+        # the serving layer's share of busy_us (roofline3): CUDA-graph padding, eager launch gaps,
+        # collectives, sampling, exposed host time (distsim/instance/latency/serving.py); None: the latency model has none
         self.serving_us: list[float] | None = None
 
     def add_run(self, begin_us: int, ends_us: list[int] | array, decoders: int) -> None:

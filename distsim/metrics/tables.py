@@ -84,7 +84,7 @@ def types_section(table: Table, runtimes: Sequence[RuntimeReplica], span_s: floa
 
 
 # the serving layer's share of busy_ms (roofline3: distsim/instance/latency/serving.py), summed over the steps
-SERVING_COLUMNS = ("padding_ms", "collectives_ms", "sampler_ms", "host_ms")
+SERVING_COLUMNS = ("padding_ms", "eager_ms", "collectives_ms", "sampler_ms", "host_ms")
 
 
 def instance_table(cluster: RunWorld) -> Table:

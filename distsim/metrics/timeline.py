@@ -8,7 +8,7 @@ are the simulator's own integer microseconds (``ts``, ``dur``). What it holds:
   pool, role and hardware (and cell, DP group). Its thread ``steps`` holds its engine steps as complete
   slices (``X``) named by phase (prefill, decode, mixed), with args ``phase``, ``steps``,
   ``prefill_tokens``, ``decode_tokens``, ``sequences`` (requests in the step) and ``step_us`` (with
-  roofline3 also the serving layer's ``padding_us``, ``collectives_us``, ``sampler_us``, ``host_us`` per
+  roofline3 also the serving layer's ``padding_us``, ``eager_us``, ``collectives_us``, ``sampler_us``, ``host_us`` per
   step: distsim/instance/latency/serving.py). A
   fast-forwarded run of decode-only steps (``sim.fast_forward``) is **one slice with ``steps`` > 1**
   (``step_us`` its mean step, ``first_step_us`` and ``last_step_us``): the simulator never makes those
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from distsim.runtime.replica import RuntimeReplica
 
 STEPS_TID = 1  # an instance's steps
-SERVING_ARGS = ("padding_us", "collectives_us", "sampler_us", "host_us")
+SERVING_ARGS = ("padding_us", "eager_us", "collectives_us", "sampler_us", "host_us")
 MARKS_TID = 2  # an instance's flow markers (KV transfers, hedges)
 FRONT_TID, SPILL_TID = 1, 2  # the cluster process: the front router's picks, spill-overs
 FAST_FORWARD_NOTE = "a fast-forwarded run of decode steps is one slice; args.steps counts its steps"
@@ -174,7 +174,7 @@ class Timeline:
                         "sequences": b + seqs, "step_us": end - begin if k == 1 else round((end - begin) / k, 1)}
                 if k > 1:
                     args["first_step_us"], args["last_step_us"] = first, last
-                if terms is not None:  # per step: CUDA-graph padding, collectives, sampling, exposed host
+                if terms is not None:  # per step: CUDA-graph padding, eager gaps, collectives, sampling, exposed host
                     args.update(zip(SERVING_ARGS, (round(v, 1) for v in terms(pf + b, b + seqs))))
                 out.add({"name": phase, "cat": "step", "ph": "X", "ts": begin, "dur": end - begin, "pid": pid,
                          "tid": STEPS_TID, "args": args})

@@ -1,6 +1,6 @@
-"""docs/fidelity.md's joint-refit tables (written by scripts/fidelity_h100.py): roofline3's GPU
+"""docs/fidelity.md's joint-refit tables (issue 24, written by scripts/fidelity_h100.py): roofline3's GPU
 terms refitted on the real runs within the step tables' 2-point budget (docs/data/h100_jointfit.json,
-written by the joint refit, removed since: its command and commit are in the file): the values against the step-only fit, every step
+which ``python -m distsim.fidelity.jointfit`` writes): the values against the step-only fit, every step
 table in sample and held out against its limit, the runs in sample and held out, the load slopes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from distsim.fidelity.report.roofline3 import _pct, _signed
+from distsim.fidelity.report.model import _pct, _signed
 
 JOINTFIT = Path("docs") / "data" / "h100_jointfit.json"
 

@@ -17,8 +17,9 @@ activations = T (a_h H L + a_i I_tok + a_r k H L_moe) / (bw me)
 fp8 quant   = T Q_tok x 5.26 / bw  +  3.55 us x quantised inputs per step                    (FP8)
 layers      = L layer_overhead_us + L_moe moe_layer_overhead_us
 collectives = TP all-reduces by message size and path (serving.py), expert-parallel all-to-alls
-sampling    = R x vocab x sampler_bytes_per_logit / (bw me) + sampler_call_us
+sampling    = (R + sampler_extra_rows) x vocab x sampler_bytes_per_logit / (bw me) + sampler_call_us
 padding     = the matmuls, per-token kernels and collectives of the CUDA graph's padded rows (serving.py)
+eager       = eager_layer_overhead_us x L for a step above the largest captured size (launch gaps)
 host        = step_overhead_us + sequence_overhead_us x (D + S): only its excess over the GPU step's
               context-free part adds under async scheduling, all of it without (serving.py)
 
@@ -97,15 +98,29 @@ class Roofline3Coefficients:
     layer_overhead_us: float = 31.58
     moe_layer_overhead_us: float = 51.70
     routing_skew: float = 0.0
-    # collectives: no step table holds them (kernels only); the fixed time of one custom all-reduce
-    all_reduce_latency_us: float = 10.0
-    # sampling: bytes moved per logit of each sampled row, and a fixed time per step
-    sampler_bytes_per_logit: float = 0.0
-    sampler_call_us: float = 0.0
-    # host: fitted on the 13 H100 runs with the GPU terms frozen (python -m distsim.fidelity.runfit,
-    # docs/data/h100_runfit.json; the front end's per-token cost is fitted with them, distsim.config.schema)
-    sequence_overhead_us: float = 0.0
-    step_overhead_us: float = 2.68
+    # collectives: no step table holds them (kernels only); the fixed time of one custom all-reduce,
+    # fitted on the TP 2 and TP 4 runs with every other term frozen (python -m distsim.fidelity.runfit,
+    # docs/data/h100_runfit.json)
+    all_reduce_latency_us: float = 3.554
+    # and the fraction of the link's bandwidth its peer reads reach
+    all_reduce_link_efficiency: float = 1.0
+    # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
+    # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
+    eager_layer_overhead_us: float = 14.81
+    # sampling: vLLM's temperature sampling measured on an H100 (scripts/sampler_fit.py on
+    # docs/data/h100_serving/run2/sampling.csv): a fixed time per step, bytes moved per logit of each
+    # sampled row, and the rows' worth of time its row-per-block kernels take at any batch
+    sampler_call_us: float = 14.09
+    sampler_bytes_per_logit: float = 49.09
+    sampler_extra_rows: float = 18.7
+    # vLLM's attention reads the KV cache paged in blocks, the step tables' stand-in contiguously: its KV
+    # read time over the stand-in's (1: the tables' rate); fitted on the runs (docs/fidelity.md)
+    paged_kv_read_factor: float = 1.0
+    # host: a step loop's CPU time per step and per sequence measured on an H100 host (least squares of
+    # docs/data/h100_serving/run1/host.csv's step_total on the batch); async scheduling hides it behind
+    # the GPU step (serving.py), so the runs cannot pin it
+    sequence_overhead_us: float = 0.789
+    step_overhead_us: float = 44.2
 
 
 DEFAULTS = Roofline3Coefficients()
@@ -128,7 +143,11 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "moe_layer_overhead_us": (0.0, 1e6, False),
     "routing_skew": (0.0, 10.0, False),
     "all_reduce_latency_us": (0.0, 1e6, False),
+    "all_reduce_link_efficiency": (0.0, 1.0, True),
+    "eager_layer_overhead_us": (0.0, 1e4, False),
     "sampler_bytes_per_logit": (0.0, 1e4, False),
+    "sampler_extra_rows": (0.0, 1e4, False),
+    "paged_kv_read_factor": (0.0, 10.0, True),
     "sampler_call_us": (0.0, 1e6, False),
     "sequence_overhead_us": (0.0, 1e6, False),
     "step_overhead_us": (0.0, 1e9, False),
@@ -234,9 +253,11 @@ class Roofline3Latency(RooflineLatency):
         self._c_ppair = units["attn_pair"] * beta["inv_ae"]
         self._c_dpair = units["attn_dpair"] * beta["inv_ae"]
         self._c_win = units["attn_win"] * beta["inv_ae"]
-        self._m_kv = units["kv"] * beta["inv_me"]
-        self._m_win_ptok = units["kv_win"] * beta["inv_me"]
-        self._m_win_dseq = units["kv_win"] * units["window"] * beta["inv_me"]
+        # KV reads in vLLM's paged attention: paged_kv_read_factor x the stand-in's (serving only)
+        kv_read = beta["inv_me"] * k.paged_kv_read_factor
+        self._m_kv = units["kv"] * kv_read
+        self._m_win_ptok = units["kv_win"] * kv_read
+        self._m_win_dseq = units["kv_win"] * units["window"] * kv_read
         # per token: activations and the FP8 quantisation's per-element part; per step: layers, quant calls
         self._tok = (
             units["act_h"] * beta["act_h"] + units["act_i"] * beta["act_i"] + units["act_r"] * beta["act_r"]
@@ -245,15 +266,17 @@ class Roofline3Latency(RooflineLatency):
         self._layers = units["layers"] * beta["layer"] + units["moe_layers"] * beta["moe_layer"] + units["quant_fixed"]
         # expert-parallel all-to-alls (the TP all-reduces are the serving layer's)
         self._a0, self._a_tok = _communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
-        self.serving = ServingLayer(serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling)
+        self.serving = ServingLayer(serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency)
         self._overlap = self.serving.overlap
         self._sample_row = m.vocab_size * k.sampler_bytes_per_logit / (hw.hbm_bw_tbps * 1e6) * beta["inv_me"]
         self._sample_call = float(k.sampler_call_us)
+        self._sample_extra = float(k.sampler_extra_rows)
+        self._eager = float(m.num_layers) * k.eager_layer_overhead_us
         self._host = float(k.step_overhead_us)
         self._per_seq = float(k.sequence_overhead_us)
         self._decode_consts: dict[int, tuple[float, float, float, float]] = {}
-        self._serving_cache: dict[int, tuple[float, float, float, float]] = {}
-        self._mixed_cache: dict[tuple[int, int], tuple[float, float, float, float, float]] = {}
+        self._serving_cache: dict[int, tuple[float, float, float, float, float]] = {}
+        self._mixed_cache: dict[tuple[int, int], tuple[float, float, float, float, float, float]] = {}
 
     # ---- the terms ---------------------------------------------------------------------------
     def touched(self, tokens: int) -> float:
@@ -286,23 +309,25 @@ class Roofline3Latency(RooflineLatency):
         """The context-free GPU time of a step's ``tokens`` rows: matmuls, per-token kernels, collectives."""
         return self._matmuls(tokens, sampled, routed) + self._tok * tokens + self.serving.collectives_us(tokens)
 
-    def terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float]:
+    def terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float, float]:
         """A step of ``tokens`` rows and ``seqs`` sequences (each sampled once): its context-free GPU
-        time with the serving terms (no attention), and those terms: (gpu us, padding us, collectives
-        us, sampling us, exposed host us). A decode batch's are cached (:meth:`_decode_batch`)."""
+        time with the serving terms (no attention), and those terms: (gpu us, padding us, eager launch
+        gaps us, collectives us, sampling us, exposed host us). A decode batch's are cached
+        (:meth:`_decode_batch`)."""
         padded = self.serving.padded(tokens)
         base = self._rows(tokens, seqs) if tokens else 0.0
         gpu = self._rows(padded, seqs, tokens) if padded != tokens else base
         pad = gpu - base
-        sampler = self._sample_row * seqs + self._sample_call if seqs else 0.0
-        gpu += sampler + self._layers + self._a0 + self._a_tok * tokens
+        sampler = self._sample_row * (seqs + self._sample_extra) + self._sample_call if seqs else 0.0
+        eager = 0.0 if self.serving.captured(tokens) else self._eager
+        gpu += eager + sampler + self._layers + self._a0 + self._a_tok * tokens
         host = self._host + self._per_seq * seqs
         if self._overlap:
             host = host - gpu if host > gpu else 0.0
-        return gpu, pad, self.serving.collectives_us(tokens), sampler, host
+        return gpu, pad, eager, self.serving.collectives_us(tokens), sampler, host
 
-    def step_terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float]:
-        """The serving terms of a step (padding, collectives, sampling, exposed host us), by
+    def step_terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float]:
+        """The serving terms of a step (padding, eager launch gaps, collectives, sampling, exposed host us), by
         :meth:`terms`; a decode batch's (``tokens == seqs``) cached: the instance sums them per plan."""
         if tokens == seqs:
             got = self._serving_cache.get(tokens)
@@ -311,7 +336,7 @@ class Roofline3Latency(RooflineLatency):
             return got
         return self._mixed_terms(tokens, seqs)[1:]
 
-    def _mixed_terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float]:
+    def _mixed_terms(self, tokens: int, seqs: int) -> tuple[float, float, float, float, float, float]:
         """:meth:`terms` of a step with prefill work, kept for the instance's tally of the same step."""
         key = (tokens, seqs)
         got = self._mixed_cache.get(key)
@@ -324,7 +349,7 @@ class Roofline3Latency(RooflineLatency):
     def _decode_batch(self, b: int) -> tuple[float, float, float, float]:
         cached = self._decode_consts.get(b)
         if cached is None:
-            gpu, _, _, _, host = self.terms(b, b)
+            gpu, _, _, _, _, host = self.terms(b, b)
             cached = self._decode_consts[b] = (gpu, self._c_win * b, self._m_win_dseq * b, host + 0.5)
         return cached
 
@@ -336,7 +361,7 @@ class Roofline3Latency(RooflineLatency):
             att_m = self._m_kv * d_ctx + self._m_win_dseq * d_seqs
             serial = self._c_ppair * p_pairs + self._c_win * p_tok + self._m_kv * p_kv + self._m_win_ptok * p_tok
             t = self._mixed_terms(tokens, seqs)
-            us = math.floor((((att_c if att_c > att_m else att_m) + serial) + t[0]) + (t[4] + 0.5))
+            us = math.floor((((att_c if att_c > att_m else att_m) + serial) + t[0]) + (t[5] + 0.5))
         else:
             lin, att_c0, att_m0, tail = self._decode_batch(d_seqs)
             att_c = d_ctx * self._c_dpair + att_c0
@@ -408,9 +433,13 @@ class Roofline3Latency(RooflineLatency):
             "layers_us": b["layer"] * add["layer"] + b["moe_layer"] * add["moe_layer"],
             "fp8_quant_us": fixed,
         }
-        _, padding, collectives, sampler, host = self.terms(tokens, shape.sequences)
+        _, padding, eager, collectives, sampler, host = self.terms(tokens, shape.sequences)
+        f = self.coefficients.paged_kv_read_factor
+        d_c, d_m = sides[-1]
+        kv_m = b["inv_me"] * add["inv_me"]
         out.update(
-            all_reduce_us=collectives + self._a0 + self._a_tok * tokens, padding_us=padding, sampler_us=sampler,
+            paged_kv_us=(max(d_c, d_m * f) - max(d_c, d_m)) + kv_m * (f - 1.0),
+            all_reduce_us=collectives + self._a0 + self._a_tok * tokens, padding_us=padding, eager_us=eager, sampler_us=sampler,
             host_us=host, host_work_us=self._host + self._per_seq * shape.sequences,
         )
         out["kernel_us"] = sum(max(c, m) for c, m in sides) + sum(b[x] * v for x, v in add.items()) + fixed

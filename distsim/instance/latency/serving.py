@@ -10,7 +10,10 @@ Every threshold below is vLLM's, cited in docs/data/serving_sources.md:
   matmuls and elementwise kernels inside the graph, attention outside it); the padded rows cost what
   real rows cost in the matmuls and the per-token kernels. The logits are computed outside the graph,
   on the sampled rows only. Captured sizes: 1, 2, 4, then every 8 below 256, then every 16, up to
-  min(2 max_num_seqs, 512) and at most max_num_batched_tokens (vllm/config/vllm.py).
+  min(2 max_num_seqs, 512) and at most max_num_batched_tokens (vllm/config/vllm.py). A batch above the
+  largest size (or every batch, with graphs off) runs eagerly: the GPU idles between kernels shorter
+  than their launch, ``eager_layer_overhead_us`` per layer (an H100's decode stack eager against its
+  graph replay at 257-512 rows, docs/data/h100_serving).
 - **Collectives by message size and path** (``custom_all_reduce``): each TP all-reduce of T x hidden
   activations takes vLLM's custom all-reduce when the group is 2, 4, 6 or 8 GPUs with peer-to-peer
   access (more than two only fully NVLink-connected) and the message is under 8 MiB: one-shot (every
@@ -97,16 +100,18 @@ def settings_from(cfg: Any, key: str = "cluster.latency.serving") -> ServingSett
 
 
 def all_reduce_us(nbytes: float, tp: int, link_gbps: float, nvlink: bool, p2p: bool, custom: bool,
-                  custom_latency_us: float, host_link_gbps: float) -> float:
-    """One all-reduce of ``nbytes`` over ``tp`` GPUs: vLLM's custom all-reduce or NCCL (module docstring)."""
+                  custom_latency_us: float, host_link_gbps: float, custom_link_efficiency: float = 1.0) -> float:
+    """One all-reduce of ``nbytes`` over ``tp`` GPUs: vLLM's custom all-reduce (its peer reads at
+    ``custom_link_efficiency`` of the link) or NCCL (module docstring)."""
     if tp <= 1 or nbytes <= 0:
         return 0.0
     link = link_gbps * 1e3  # bytes per us
     if custom and p2p and tp in CUSTOM_AR_WORLD_SIZES and (tp == 2 or nvlink) and nbytes < CUSTOM_AR_MAX_BYTES:
         one_shot = tp == 2 or any(tp <= n and nbytes < limit for n, limit in ONE_SHOT_MAX_BYTES)
+        peer = link * custom_link_efficiency
         if one_shot:
-            return custom_latency_us + (tp - 1) * nbytes / link
-        return 2.0 * custom_latency_us + 2.0 * (tp - 1) / tp * nbytes / link
+            return custom_latency_us + (tp - 1) * nbytes / peer
+        return 2.0 * custom_latency_us + 2.0 * (tp - 1) / tp * nbytes / peer
     if nvlink:
         fixed, algbw = NCCL_NVLINK[min((n for n in NCCL_NVLINK if n >= tp), default=8)]
         return fixed + nbytes / (algbw * 1e3)
@@ -118,18 +123,24 @@ def all_reduce_us(nbytes: float, tp: int, link_gbps: float, nvlink: bool, p2p: b
 class ServingLayer:
     """The serving terms of one engine (a model on ``tp`` GPUs) as tables by token count."""
 
-    def __init__(self, settings: ServingSettings, ctx: Any, custom_latency_us: float, async_scheduling: bool):
+    def __init__(self, settings: ServingSettings, ctx: Any, custom_latency_us: float, async_scheduling: bool,
+                 custom_link_efficiency: float = 1.0):
         m, hw, tp = ctx.model, ctx.hardware, ctx.tensor_parallel_size
         self.settings = settings
         self.overlap = async_scheduling if settings.host_overlap is None else settings.host_overlap
         link = settings.interconnect or ("nvlink" if hw.link_gbps_per_dir > hw.host_link_gbps_per_dir else "pcie")
         self.nvlink = link == "nvlink"
         self._ar = (tp, hw.link_gbps_per_dir, self.nvlink, settings.p2p, settings.custom_all_reduce,
-                    custom_latency_us, hw.host_link_gbps_per_dir)
+                    custom_latency_us, hw.host_link_gbps_per_dir, custom_link_efficiency)
         self._ar_bytes = m.hidden_size * 2  # activations are bf16 (FP8 checkpoints too)
         self._n_ar = 2 * m.num_layers if tp > 1 else 0
         self.sizes = capture_sizes(ctx.max_num_seqs, ctx.max_num_batched_tokens) if settings.cuda_graphs else ()
         self._comm: dict[int, float] = {}
+
+    def captured(self, tokens: int) -> bool:
+        """Whether a batch of ``tokens`` runs in a CUDA graph (else eagerly, with launch gaps)."""
+        sizes = self.sizes
+        return bool(sizes) and tokens <= sizes[-1]
 
     def padded(self, tokens: int) -> int:
         """The rows a batch of ``tokens`` runs at: the next captured size, or itself above the largest."""
