@@ -5,6 +5,8 @@ and on a folder of runs (two short H100 runs) when ../shared/data is present."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,12 @@ def test_a_users_mistake_is_one_line_and_exit_2(argv, words, run, tmp_path, caps
     argv = [str(run) if a == "RUN" else a for a in argv]
     assert main(argv) == 2
     assert words in one_line_error(capsys)
+
+
+def test_the_command_runs_as_a_module(tmp_path):
+    """``python -m distsim.calibrate``: its help is the pipeline's map; no stage is one line, exit 2."""
+    run = lambda *a: subprocess.run([sys.executable, "-m", "distsim.calibrate", *a], capture_output=True, text=True, cwd=tmp_path)  # noqa: E731
+    helped = run("-h")
+    assert helped.returncode == 0 and "fit serving terms on runs" in helped.stdout
+    bare = run()
+    assert bare.returncode == 2 and bare.stderr.count("\n") == 1 and "give a stage first" in bare.stderr

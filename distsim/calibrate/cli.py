@@ -29,10 +29,11 @@ def _runs_parser() -> argparse.ArgumentParser:
         prog=f"{PROG} runs",
         description="Fit the serving terms (host, front end) on real runs with the GPU terms frozen.",
     )
-    p.add_argument("paths", nargs="*", help="run folders or CSV runs, or one folder of runs (with experiments.csv)")
-    p.add_argument("--steps", help="GPU terms from a step fit (step_fit.json) or a folder of step tables to fit")
-    p.add_argument("--terms", help=f"comma-separated keys to fit (default: all of {', '.join(runfit.TERMS)})")
-    p.add_argument("--runs", help="comma-separated run ids of a folder of runs (default: all that have measurements)")
+    p.add_argument("paths", nargs="*", help="run folders or CSV runs, or one folder of runs (with experiments.csv); "
+                   "and config overrides (key=value) for every replay")
+    p.add_argument("--steps", metavar="STEP_FIT", help="GPU terms from a step fit (step_fit.json) or a folder of step tables to fit")
+    p.add_argument("--terms", metavar="KEY,KEY", help=f"comma-separated keys to fit (default: all of {', '.join(runfit.TERMS)})")
+    p.add_argument("--runs", metavar="ID,ID", help="comma-separated run ids of a folder of runs (default: all that have measurements)")
     p.add_argument("--lomo", action="store_true", help="also leave each model out in turn")
     p.add_argument("--iterations", type=int, default=3, help="Gauss-Newton iterations (default 3)")
     p.add_argument("--workers", type=int, default=None, help="replay processes (default: os.cpu_count())")
@@ -157,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in STAGES:
         if argv and argv[0] in ("-h", "--help"):
-            print(__doc__.split("\n\n")[0] + "\n\n" + (sys.modules["distsim.calibrate"].__doc__ or ""))
+            print(sys.modules["distsim.calibrate"].__doc__ or "")
             return 0
         got = f"got {argv[0]!r}" if argv else "got none"
         print(f"distsim.calibrate: give a stage first: {PROG} {{{','.join(STAGES)}}} ... ({got})", file=sys.stderr)
