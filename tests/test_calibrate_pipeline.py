@@ -77,6 +77,10 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
     assert set(record["fit"]["runs"]) == {"66", "67"} and record["latency_kind"] == "roofline3"
     assert main(["validate", str(SUITE), "--runs", "67", "workload.num_requests=100", "--out", str(tmp_path / "v")]) == 0
     assert (tmp_path / "v" / "suite.csv").is_file()
+    page = tmp_path / "fit.md"
+    assert main(["report", str(fit), "--residuals", "--out", str(page)]) == 0
+    text = page.read_text()
+    assert "## Where each run's error sits" in text and "| 66 |" in text and "| 67 |" in text
 
 
 @pytest.mark.parametrize(
@@ -90,11 +94,14 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
         (["steps", str(STEPS), "--lomo"], "--lomo goes with --fit"),
         (["report", "nowhere.json"], "nowhere.json: cannot read a serving fit"),
         (["validate", "RUN", "--fit", "nowhere.json"], "--fit nowhere.json: not a fit written by calibrate runs"),
+        (["report", "FIT", "--residuals"], "--residuals needs a fit on a folder of runs"),
     ],
 )
 def test_a_users_mistake_is_one_line_and_exit_2(argv, words, run, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    argv = [str(run) if a == "RUN" else a for a in argv]
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"command": "c", "start": {}, "fit": {"runs": {}}, "data": [str(run)]}))
+    argv = [{"RUN": str(run), "FIT": str(fit)}.get(a, a) for a in argv]
     assert main(argv) == 2
     assert words in one_line_error(capsys)
 

@@ -3,7 +3,7 @@
     python -m distsim.calibrate steps FOLDER [overrides...] [--fit [--lomo]] [--out DIR]
     python -m distsim.calibrate runs RUN... | SUITE_FOLDER [overrides...] [--steps STEP_FIT] [--lomo] [--out FIT.json]
     python -m distsim.calibrate validate RUN | SUITE_FOLDER [overrides...] [--fit FIT.json] [--out DIR]
-    python -m distsim.calibrate report FIT.json [--steps STEP_FIT.json] [--out FILE.md]
+    python -m distsim.calibrate report FIT.json [--steps STEP_FIT.json] [--residuals] [--out FILE.md]
 
 The stages, in the order the data flows, and the module that does each:
 
@@ -26,8 +26,8 @@ The stages, in the order the data flows, and the module that does each:
    those of a step fit on your own tables;
 6. **validate**: replay at given values and compare (``validate``: validation.json for a run, suite.csv
    and suite.md for a folder of runs);
-7. **report**: a fit's values, per-run errors in sample and leave-one-model-out, load slopes, as
-   Markdown (:mod:`.report`).
+7. **report**: a fit's values, per-run errors in sample and leave-one-model-out, load slopes and (with
+   ``--residuals``) where each run's error sits, as Markdown (:mod:`.report`, :mod:`distsim.fidelity.residuals`).
 
 docs/calibration.md walks through it with the shipped data.
 """

@@ -83,7 +83,7 @@ def runs_main(argv: Sequence[str]) -> int:
                 stage.check_lomo(runs)
             start = runfit.start_values(frozen)
             result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms)
-        record = stage.fit_record(result, runs, frozen, command, gpu)
+        record = stage.fit_record(result, runs, frozen, command, gpu, paths)
         outputs.write_text(out, json.dumps(record, indent=2, allow_nan=True) + "\n")
     except UserError as err:
         print(f"distsim.calibrate: {err}", file=sys.stderr)
@@ -141,10 +141,12 @@ def report_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} report", description="A fit (calibrate runs) as Markdown.")
     p.add_argument("fit", help=f"the JSON that '{PROG} runs' wrote")
     p.add_argument("--steps", help=f"a step fit (step_fit.json, '{PROG} steps --fit') to list beside it")
+    p.add_argument("--residuals", action="store_true",
+                   help="also split each run's simulated ITL and TTFT into the model's parts (one replay of every run)")
     p.add_argument("--out", help="write the page here (default: print it)")
     ns = p.parse_args(argv)
     try:
-        page = render(Path(ns.fit), Path(ns.steps) if ns.steps else None)
+        page = render(Path(ns.fit), Path(ns.steps) if ns.steps else None, ns.residuals)
         if ns.out:
             outputs.write_text(outputs.prepare_file(ns.out), page)
     except UserError as err:

@@ -3,7 +3,9 @@
 The page holds what a reader checks a fit by: the values it moved (start and fitted), every run's
 whole-run error of mean E2E, TTFT and ITL at the start, fitted and (when the fit left each model out)
 held out, the medians of their absolute values, and the load slopes of runs measured at two rates.
-With ``--steps``, the GPU coefficients of the step fit the runs were fitted under.
+With ``--steps``, the GPU coefficients of the step fit the runs were fitted under; with ``--residuals``
+(a fit on a folder of runs), each run's simulated mean ITL and TTFT at the fitted values split into the
+model's parts beside the measured ones (:mod:`distsim.fidelity.residuals`).
 """
 
 from __future__ import annotations
@@ -73,9 +75,27 @@ def _slopes(data: dict) -> list[str]:
     return ["## Load slopes", "", *lines, "", f"Within 20%: {within} of {len(slopes)}.", ""]
 
 
-def render(fit_path: Path, steps_path: Path | None = None) -> str:
-    """The Markdown page of the fit at ``fit_path`` (and the step fit at ``steps_path``)."""
+def residual_section(data: dict) -> list[str]:
+    """Each fitted run's residuals at the fitted values (a fit on a folder of runs only)."""
+    from distsim.calibrate.runs import is_suite
+    from distsim.fidelity.residuals import decompose, markdown
+
+    folders = data.get("data") or []
+    if len(folders) != 1 or not is_suite(folders[0]):
+        raise UserError("--residuals needs a fit on a folder of runs (one with experiments.csv)")
+    table = decompose(folders[0], [*data.get("overrides", []), *data.get("use", [])], list(data["fit"]["runs"]))
+    return [
+        "## Where each run's error sits (ms, at the fitted values)", "",
+        "Residual = measured - simulated; the simulated mean ITL split by each part's share of the busy time, "
+        "the simulated mean TTFT into the front end and the engine.", "", markdown(table), "",
+    ]
+
+
+def render(fit_path: Path, steps_path: Path | None = None, residuals: bool = False) -> str:
+    """The Markdown page of the fit at ``fit_path`` (and the step fit at ``steps_path``; the residuals of
+    every run when ``residuals``)."""
     data = _read(fit_path, "a serving fit (calibrate runs)", ("start", "fit", "command"))
+    split = residual_section(data) if residuals else []
     parts = [
         f"# Calibration: {fit_path.name}",
         "",
@@ -99,6 +119,7 @@ def render(fit_path: Path, steps_path: Path | None = None) -> str:
         "",
         *_slopes(data),
     ]
+    parts += split
     if data.get("skipped"):
         parts += ["## Skipped", "", *(f"- {run}: {why}" for run, why in data["skipped"]), ""]
     if steps_path is not None:

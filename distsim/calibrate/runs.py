@@ -92,11 +92,14 @@ def load_runs(paths: Sequence[str], pool: ReplayPool, ids: str | None = None) ->
 
 
 def fit_record(
-    result: runfit.RunFit, runs: runfit.Runs, overrides: Sequence[str], command: str, gpu: Sequence[str] = ()
+    result: runfit.RunFit, runs: runfit.Runs, overrides: Sequence[str], command: str, gpu: Sequence[str] = (),
+    paths: Sequence[str] = (),
 ) -> dict:
-    """The fit as JSON: runfit's record (``overrides``: every value it was fitted under) and ``use``: the
-    overrides that simulate with the fit, the step fit's GPU terms (``gpu``) and the fitted values."""
+    """The fit as JSON: runfit's record (``overrides``: every value it was fitted under), ``data``: the
+    runs' ``paths`` as given, and ``use``: the overrides that simulate with the fit, the step fit's GPU
+    terms (``gpu``) and the fitted values."""
     body = runfit.to_json(result, runs.suite, overrides, command)
+    body["data"] = [str(p) for p in paths]
     body["latency_kind"] = OmegaConf.select(load_config(split_overrides(overrides)[0]), "cluster.latency.kind")
     body["skipped"] = [list(s) for s in runs.skipped]
     body["use"] = [*gpu, *(f"{k}={v:.6g}" for k, v in {**result.best.values, **runfit.HELD}.items())]
