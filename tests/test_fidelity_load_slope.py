@@ -36,5 +36,6 @@ def test_the_pool_async_replay_adds_a_step():
     assert (on["output_tokens"] == sync["output_tokens"]).all()
     lag = (on["ttft_ms"] - sync["ttft_ms"]).mean()
     assert 5.0 < lag < 15.0
-    # the first request finds the engine idle: no lag
-    assert on["ttft_ms"].iloc[0] == pytest.approx(sync["ttft_ms"].iloc[0])
+    # the first request finds the engine idle: no lag, but for the host time (tens of us) that the
+    # synchronous engine adds to its step and the asynchronous one hides
+    assert on["ttft_ms"].iloc[0] == pytest.approx(sync["ttft_ms"].iloc[0], abs=0.1)

@@ -337,6 +337,7 @@ class Instance(Scheduler):
             self.visible_us = plan.last_begin_us() if plan.steps else now
         self._on_event(now, version)
 
+    # long: everything at the end of every plan, the hot path, in one place (no call per concern)
     def _apply_plan(self, now: int) -> None:
         """Everything that happens at the end of the planned step(s)."""
         stats = self.stats

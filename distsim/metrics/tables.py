@@ -87,6 +87,12 @@ def types_section(table: Table, runtimes: Sequence[RuntimeReplica], span_s: floa
 SERVING_COLUMNS = ("padding_ms", "eager_ms", "collectives_ms", "sampler_ms", "host_ms")
 
 
+def serving_columns(instances: list) -> dict[str, list[float]]:
+    """instances.parquet's serving-layer columns (zeros for an instance whose model has none)."""
+    totals = [inst.stats.serving_us for inst in instances]
+    return {name: [0.0 if s is None else s[i] / 1000.0 for s in totals] for i, name in enumerate(SERVING_COLUMNS)}
+
+
 def instance_table(cluster: RunWorld) -> Table:
     """instances.parquet: one row per instance (engine)."""
     rows = []
@@ -122,8 +128,7 @@ def instance_table(cluster: RunWorld) -> Table:
         )
     columns = {name: [row[name] for row in rows] for name in rows[0]}
     if any(inst.stats.serving_us is not None for inst in cluster.instances):  # the serving layer's share
-        for i, name in enumerate(SERVING_COLUMNS):
-            columns[name] = [0.0 if s is None else s[i] / 1000.0 for s in (inst.stats.serving_us for inst in cluster.instances)]
+        columns.update(serving_columns(cluster.instances))
     if cluster.dp is not None:  # data parallelism: each engine's configured instance (its DP group)
         columns = {"instance": columns.pop("instance"), "dp_group": [i.dp_group for i in cluster.instances], **columns}
     if any(inst.cpu is not None for inst in cluster.instances):  # a CPU KV tier somewhere: its counters

@@ -165,13 +165,7 @@ def run_section(root: Path) -> str:
     folds = ["| left out | " + " | ".join(k.rsplit(".", 1)[1] for k in fit["values"]) + " |", "|---|" + "---:|" * len(fit["values"])]
     for model, v in lomo.get("values", {}).items():
         folds.append(f"| {model.split('/')[-1]} | " + " | ".join(f"{x:.4g}" for x in v.values()) + " |")
-    slopes = pd.DataFrame(data.get("slopes", []))
-    slope_lines = ["| run | model | rates (req/s) | figure | measured slope (ms per req/s) | simulated (error) |",
-                   "|---|---|---|---|---:|---:|"]
-    for r in slopes.itertuples():
-        slope_lines.append(f"| {r.run} | {str(r.model).split('/')[-1]} | {r.rate0:g} -> {r.rate1:g} | "
-                           f"{r.metric.split('_')[0].upper()} | {r.measured:.3f} | {r.simulated:.3f} ({r.error_pct:+.0f}%) |")
-    within = int((slopes["error_pct"].abs() <= 20).sum()) if len(slopes) else 0
+    slope_lines, within, count = _slopes(pd.DataFrame(data.get("slopes", [])))
     return "\n".join(
         [
             f"`{RUNFIT_COMMAND}` ({data['evaluations']} replays of every run, {data['seconds'] / 60:.0f} min): "
@@ -192,11 +186,22 @@ def run_section(root: Path) -> str:
             "#### Load slope of the two-rate runs",
             "",
             "Slope of the stage's mean against its arrival rate, (stage 2 - stage 1) / (rate 2 - rate 1); in "
-            f"brackets the simulated slope's error. Within 20% of the real slope: {within} of {len(slopes)}.",
+            f"brackets the simulated slope's error. Within 20% of the real slope: {within} of {count}.",
             "",
             *slope_lines,
         ]
     )
+
+
+def _slopes(slopes: pd.DataFrame) -> tuple[list[str], int, int]:
+    """The load slopes as markdown table lines, how many are within 20% of the measured, of how many."""
+    lines = ["| run | model | rates (req/s) | figure | measured slope (ms per req/s) | simulated (error) |",
+             "|---|---|---|---|---:|---:|"]
+    for r in slopes.itertuples():
+        lines.append(f"| {r.run} | {str(r.model).split('/')[-1]} | {r.rate0:g} -> {r.rate1:g} | "
+                     f"{r.metric.split('_')[0].upper()} | {r.measured:.3f} | {r.simulated:.3f} ({r.error_pct:+.0f}%) |")
+    within = int((slopes["error_pct"].abs() <= 20).sum()) if len(slopes) else 0
+    return lines, within, len(slopes)
 
 
 def residual_section(folder: Path) -> str:

@@ -219,6 +219,7 @@ class Roofline3Latency(RooflineLatency):
     """Per-operator step times (see the module docstring). Shares the decode fast path with
     :class:`RooflineLatency` (``decode_run_ends``, ``decode_steps_us``) through ``_decode_batch``."""
 
+    # long: every term folded into per-unit constants once, so that a step costs a few float operations
     def __init__(  # noqa: PLR0915
         self, ctx: LatencyContext, coefficients: Roofline3Coefficients = DEFAULTS, serving: ServingSettings = SERVING_DEFAULTS
     ):
