@@ -15,15 +15,13 @@ Figures (all in percent, absolute errors; lower is better):
   about 7 s of replays in all), the absolute whole-run error of mean E2E, mean TTFT and mean ITL;
 - ``runs_median``: the median of each of those three over the slice.
 
-    python -m distsim.fidelity.guard [--write docs/data/fidelity_guard.json]   # print (or write) them
+``scripts/fidelity_h100.py`` writes the record (:func:`write`) with the doc's tables.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -108,16 +106,3 @@ def write(path: Path = RECORD, shared: str | Path = SHARED) -> dict[str, Any]:
     path.write_text(json.dumps(figs, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     return figs
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.guard", description=__doc__.splitlines()[0])
-    p.add_argument("--write", nargs="?", const=str(RECORD), default=None, help="write the record (default path)")
-    p.add_argument("--shared", default=str(SHARED), help="the folder holding h100_steps and h100_vllm_runs")
-    args = p.parse_args(argv)
-    figs = write(Path(args.write), args.shared) if args.write else figures(args.shared)
-    print(json.dumps(figs, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
