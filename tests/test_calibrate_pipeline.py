@@ -45,6 +45,11 @@ def test_steps_runs_validate_report(run, tmp_path, capsys):
     step_fit = json.loads((steps_out / "step_fit.json").read_text())
     assert step_fit["command"].startswith("python -m distsim.calibrate steps") and "compute_efficiency" in step_fit["values"]
 
+    from distsim.calibrate.runs import gpu_overrides
+
+    from_file = gpu_overrides(steps_out / "step_fit.json")
+    assert from_file == gpu_overrides(STEPS)  # --steps FOLDER fits the tables in place: the same GPU terms
+
     fit = tmp_path / "fit.json"
     code = main(["runs", str(run), "--steps", str(steps_out / "step_fit.json"), "--terms",
                  "cluster.latency.step_overhead_us", "--iterations", "2", "--workers", "1", "--out", str(fit)])
