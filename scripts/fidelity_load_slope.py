@@ -1,4 +1,4 @@
-"""Why the simulated load slope is too steep (issue 24, item 4): the H100 runs replayed four ways.
+"""How the replay's prompts and async scheduling move the load slope: the H100 runs replayed four ways.
 
     python scripts/fidelity_load_slope.py [--out docs/data/load_slope.md]   # about 1 minute
 
@@ -11,10 +11,6 @@
    runs used): ``cluster.engine.async_scheduling=true`` (distsim/instance/scheduler.py): step N+1 is
    scheduled while step N runs, so a request that reaches a busy engine is first scheduled into the step
    after the next one.
-
-``--jointfit FILE.json`` runs instead the joint refit (``python -m distsim.fidelity.jointfit``, the shipped
-defaults' command, about 10 minutes) with the pooled prompts and async scheduling set explicitly (both are
-the defaults now: the shipped refit, docs/data/h100_jointfit.json, is the same fit).
 
 The first two set ``cluster.engine.async_scheduling=false``, the first ``replay.prompts=trace``; the first three keep the shipped coefficients; the fourth is the third with the GPU terms of the step-only
 fit (``STEP_FIT``, before the joint refit moved them on the trace replay) and no host time. Prints and writes a Markdown report: medians, the
@@ -111,32 +107,10 @@ def stage_lines(suite: Suite, tables: dict[str, pd.DataFrame]) -> list[str]:
     return lines
 
 
-JOINTFIT = [  # the shipped defaults' joint refit (docs/fidelity.md), on the pooled prompts with async scheduling
-    "../shared/data/h100_vllm_runs", "../shared/data/h100_steps", "cluster.latency.kind=roofline3",
-    "cluster.latency.step_overhead_us=0", "cluster.latency.sequence_overhead_us=0", "cluster.frontend.request_us=0",
-    "cluster.frontend.per_input_token_us=6.6226", *POOL_ASYNC,
-    "--gpu", "memory_efficiency,layer_overhead_us,moe_layer_overhead_us,compute_efficiency,gemm_half_tokens",
-]
-
-
-def joint_refit(out: str) -> int:
-    """The joint refit on the pooled prompts with async scheduling (``python -m distsim.fidelity.jointfit``
-    with this script's overrides, run from the repository's root)."""
-    import os
-
-    from distsim.fidelity import jointfit
-
-    os.chdir(ROOT)
-    return jointfit.main([*JOINTFIT, "--out", out])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "docs" / "data" / "load_slope.md"))
-    p.add_argument("--jointfit", default=None, metavar="FILE.json", help="run the joint refit instead (15 min)")
     args = p.parse_args(argv)
-    if args.jointfit:
-        return joint_refit(args.jointfit)
     suite = read_suite(FOLDER)
     tables = {name: replay_all(suite, over) for name, over in CONFIGS.items()}
     text = "\n".join([

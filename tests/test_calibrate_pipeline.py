@@ -92,7 +92,7 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
     "argv, words",
     [
         ([], "give a stage first"),
-        (["fit"], "{steps,runs,validate,report} ... (got 'fit')"),
+        (["fit"], "{steps,runs,residuals,validate,report} ... (got 'fit')"),
         (["runs", "RUN", "--terms", "cluster.latency.speed"], "--terms: not a fitted term: cluster.latency.speed"),
         (["runs", "RUN", "--lomo", "--workers", "1"], "--lomo needs runs of at least two models"),
         (["runs", "RUN", "--steps", "nowhere.json"], "--steps nowhere.json: not a step fit"),

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from distsim import load_config, simulate
 from distsim.catalog import load_hardware, load_model
@@ -140,6 +142,22 @@ def test_paged_kv_reads_cost_the_factor_in_serving_and_not_in_the_kernels():
     assert paged.step_us(shape) - base.step_us(shape) in range(int(0.5 * kv) - 1, int(0.5 * kv) + 2)
 
 
+def test_the_sampling_path_picks_its_measured_terms_unless_they_are_set():
+    from distsim.instance.latency.build import build_latency_model
+    from distsim.instance.latency.serving import SAMPLERS
+
+    ctx = LatencyContext(LLAMA, H100, 1)
+    built = lambda **node: build_latency_model(OmegaConf.create({"kind": "roofline3", **node}), ctx)  # noqa: E731
+    assert built().coefficients.sampler_call_us == SAMPLERS["temperature"][0] == DEFAULTS.sampler_call_us
+    top = built(serving={"sampler": "top_k_top_p"}).coefficients
+    assert (top.sampler_call_us, top.sampler_bytes_per_logit, top.sampler_extra_rows) == SAMPLERS["top_k_top_p"]
+    assert built(serving={"sampler": "greedy"}, sampler_call_us=1.0).coefficients.sampler_call_us == 1.0
+    sort = built(serving={"sampler": "top_k_top_p"}).breakdown(decode(16))["sampler_us"]
+    assert sort > 4 * built().breakdown(decode(16))["sampler_us"]  # a sort of every row of 128k logits
+    with pytest.raises(ConfigError, match="cluster.latency.serving.sampler"):
+        settings_from({"serving": {"sampler": "beam"}})
+
+
 def test_decode_runs_agree_with_single_steps_with_every_term_on():
     lm = roof(tp=2, step_overhead_us=20_000.0, sampler_bytes_per_logit=8.0, sampler_call_us=40.0, paged_kv_read_factor=1.3)
     for b in (1, 3, 13, 100, 300):
@@ -165,3 +183,12 @@ def test_instances_and_the_timeline_show_the_serving_terms(tmp_path):
     assert steps and all({"padding_us", "eager_us", "collectives_us", "sampler_us", "host_us"} <= set(e["args"]) for e in steps)
     off = simulate(load_config([*SMALL_TP2, "cluster.latency.serving.cuda_graphs=false"])).instances
     assert (off["padding_ms"] == 0).all()
+
+
+def test_the_calibration_pipeline_is_one_command(capsys):
+    from distsim.calibrate import main as calibrate_main
+
+    runs = str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_vllm_runs")
+    assert calibrate_main(["residuals", runs, "--runs", "62"]) == 0
+    out = capsys.readouterr().out
+    assert "| 62 | Mistral-Nemo-Instruct-2407 | 2 |" in out and "collectives" in out

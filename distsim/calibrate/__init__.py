@@ -2,6 +2,7 @@
 
     python -m distsim.calibrate steps FOLDER [overrides...] [--fit [--lomo]] [--out DIR]
     python -m distsim.calibrate runs RUN... | SUITE_FOLDER [overrides...] [--steps STEP_FIT] [--lomo] [--out FIT.json]
+    python -m distsim.calibrate residuals SUITE_FOLDER [overrides...] [--runs ID,ID] [--out FILE.md]
     python -m distsim.calibrate validate RUN | SUITE_FOLDER [overrides...] [--fit FIT.json] [--out DIR]
     python -m distsim.calibrate report FIT.json [--steps STEP_FIT.json] [--residuals] [--out FILE.md]
 
@@ -24,8 +25,9 @@ The stages, in the order the data flows, and the module that does each:
    (:mod:`distsim.fidelity.runfit`; :mod:`.runs` feeds it either kind of run). The GPU terms are the
    shipped ones (fitted on the H100 step tables, priced with each GPU's datasheet) or, with ``--steps``,
    those of a step fit on your own tables;
-6. **validate**: replay at given values and compare (``validate``: validation.json for a run, suite.csv
-   and suite.md for a folder of runs);
+6. **residuals** and **validate**: where each run's error sits, its simulated mean ITL and TTFT split
+   into the model's parts (:mod:`distsim.fidelity.residuals`); replay at given values and compare
+   (``validate``: validation.json for a run, suite.csv and suite.md for a folder of runs);
 7. **report**: a fit's values, per-run errors in sample and leave-one-model-out, load slopes and (with
    ``--residuals``) where each run's error sits, as Markdown (:mod:`.report`, :mod:`distsim.fidelity.residuals`).
 

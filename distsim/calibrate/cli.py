@@ -1,4 +1,4 @@
-"""``python -m distsim.calibrate steps|runs|validate|report``: the calibration pipeline's one command.
+"""``python -m distsim.calibrate steps|runs|residuals|validate|report``: the calibration pipeline's one command.
 
 Each subcommand is one stage (see :mod:`distsim.calibrate`); ``python -m distsim.calibrate SUBCOMMAND -h``
 lists its options. A user's mistake is one line on stderr and exit 2.
@@ -18,7 +18,7 @@ from distsim import outputs
 from distsim.errors import UserError
 
 PROG = "python -m distsim.calibrate"
-STAGES = ("steps", "runs", "validate", "report")
+STAGES = ("steps", "runs", "residuals", "validate", "report")
 DEFAULT_FIT = "calibration.json"
 
 
@@ -170,4 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from distsim.fidelity.steps import cli as steps
 
         return steps.main(rest, prog=f"{PROG} steps")
+    if stage == "residuals":
+        from distsim.fidelity import residuals
+
+        return residuals.main(rest)
     return {"runs": runs_main, "validate": validate_main, "report": report_main}[stage](rest)

@@ -58,6 +58,7 @@ class ServingConfig:
     host_overlap: bool | None = None  # host work hidden behind the GPU step (null: engine.async_scheduling)
     interconnect: str | None = None  # nvlink | pcie (null: nvlink when the GPU link beats the host link)
     p2p: bool = True  # GPU peer-to-peer access (custom all-reduce needs it; NCCL without it goes through host)
+    sampler: str = "temperature"  # sampling path (its measured terms): temperature | top_k_top_p | greedy
 
 
 @dataclass

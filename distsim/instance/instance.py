@@ -86,7 +86,7 @@ class Instance(Scheduler):
         # identity and place (__init__)
         "index", "slot", "latency", "loop", "departure_listeners", "fast_forward", "pool", "role", "hardware",
         "gpus", "dp_group", "priority", "stats", "board", "step_index", "busy", "version", "plan", "decoders",
-        "_event", "on_first_token", "_step_terms",
+        "_event", "on_first_token",
         # engine settings, the KV cache and the queues (_set_engine)
         "params", "bs", "max_tokens", "max_seqs", "caching", "chunked", "reserve_full", "max_model_len",
         "visible_us", "late_waits", "lag", "kv", "waiting", "waiting_tokens", "running", "prefilling",
@@ -114,7 +114,6 @@ class Instance(Scheduler):
         self.index = index
         self.slot = index  # the row in the signal board's arrays (the board sets it)
         self.latency = latency
-        self._step_terms = getattr(latency, "step_terms", None)  # the serving layer's terms (roofline3)
         self.loop = loop
         # told of each request that leaves: the owning cluster first (see connect), then observers
         self.departure_listeners: list[DepartureListener] = []
@@ -127,8 +126,8 @@ class Instance(Scheduler):
         self.priority = PRIO_INSTANCE + index
         self._set_engine(params)
         self.stats = InstanceStats()
-        if self._step_terms is not None:
-            self.stats.serving_us = [0.0, 0.0, 0.0, 0.0, 0.0]
+        if getattr(latency, "step_terms", None) is not None:  # the serving layer's terms (roofline3)
+            self.stats.serving_steps = {}
         self.board = None  # the cluster's SignalBoard: this instance pushes its state there
         self.step_index = 0  # steps completed
         self.busy = False  # a plan is in flight (or about to be made)
@@ -352,16 +351,11 @@ class Instance(Scheduler):
         stats.steps += k
         stats.busy_us += now - plan.begin_us
         stats.decode_tokens += b * k
-        terms = self._step_terms
-        if terms is not None:  # the serving layer's share of the plan's time
+        shapes = stats.serving_steps
+        if shapes is not None:  # the steps by shape: the serving layer's share, priced at the end
             chunks = plan.chunks
-            pad, eager, comm, samp, host = terms(b + sum(n for _, n in chunks), b + len(chunks)) if chunks else terms(b, b)
-            acc = stats.serving_us
-            acc[0] += k * pad
-            acc[1] += k * eager
-            acc[2] += k * comm
-            acc[3] += k * samp
-            acc[4] += k * host
+            key = (b + sum(n for _, n in chunks), b + len(chunks)) if chunks else b
+            shapes[key] = shapes.get(key, 0) + k
         ends = plan.ends_us
         if ends is not None:  # a fast-forwarded run
             if k > 1:  # its first step took its blocks when planned; the rest take theirs now

@@ -32,7 +32,7 @@ class InstanceStats:
         "itl_run_counts",
         "itl_run_weights",
         "itl_single",
-        "serving_us",
+        "serving_steps",
     )
 
     def __init__(self):
@@ -60,9 +60,9 @@ class InstanceStats:
         self.itl_run_counts: list[int] = []  # steps per run
         self.itl_run_weights: list[int] = []  # decoding requests per run
         self.itl_single: list[int] = []
-        # the serving layer's share of busy_us (roofline3): CUDA-graph padding, eager launch gaps,
-        # collectives, sampling, exposed host time (distsim/instance/latency/serving.py); None: the latency model has none
-        self.serving_us: list[float] | None = None
+        # steps by shape for the serving layer's share of busy_us (roofline3; metrics.tables.serving_columns):
+        # a decode batch by its size, a step with prefill work by (tokens, sequences); None: the model has none
+        self.serving_steps: dict[int | tuple[int, int], int] | None = None
 
     def add_run(self, begin_us: int, ends_us: list[int] | array, decoders: int) -> None:
         """A run of decode steps from ``begin_us``, its steps ending at ``ends_us``, ``decoders`` in each."""

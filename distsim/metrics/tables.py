@@ -88,9 +88,18 @@ SERVING_COLUMNS = ("padding_ms", "eager_ms", "collectives_ms", "sampler_ms", "ho
 
 
 def serving_columns(instances: list) -> dict[str, list[float]]:
-    """instances.parquet's serving-layer columns (zeros for an instance whose model has none)."""
-    totals = [inst.stats.serving_us for inst in instances]
-    return {name: [0.0 if s is None else s[i] / 1000.0 for s in totals] for i, name in enumerate(SERVING_COLUMNS)}
+    """instances.parquet's serving-layer columns: each instance's steps by shape priced by its latency
+    model's ``step_terms`` (zeros for an instance whose model has none)."""
+    columns: dict[str, list[float]] = {name: [] for name in SERVING_COLUMNS}
+    for inst in instances:
+        totals = [0.0] * len(SERVING_COLUMNS)
+        for key, steps in (inst.stats.serving_steps or {}).items():
+            terms = inst.latency.step_terms(*key) if isinstance(key, tuple) else inst.latency.step_terms(key, key)
+            for i, us in enumerate(terms):
+                totals[i] += steps * us
+        for name, us in zip(SERVING_COLUMNS, totals):
+            columns[name].append(us / 1000.0)
+    return columns
 
 
 def instance_table(cluster: RunWorld) -> Table:
@@ -127,7 +136,7 @@ def instance_table(cluster: RunWorld) -> Table:
             }
         )
     columns = {name: [row[name] for row in rows] for name in rows[0]}
-    if any(inst.stats.serving_us is not None for inst in cluster.instances):  # the serving layer's share
+    if any(inst.stats.serving_steps is not None for inst in cluster.instances):  # the serving layer's share
         columns.update(serving_columns(cluster.instances))
     if cluster.dp is not None:  # data parallelism: each engine's configured instance (its DP group)
         columns = {"instance": columns.pop("instance"), "dp_group": [i.dp_group for i in cluster.instances], **columns}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from distsim import inputs, outputs
 from distsim.errors import ConfigError, InputFileError
 from distsim.inputs import excerpt
+from distsim.instance.latency.roofline3 import Roofline3Coefficients
 
 FORMAT = "distsim-latency-profile/1"
 COEFFICIENTS: dict[str, tuple[str, ...]] = {
@@ -45,6 +46,7 @@ COEFFICIENTS: dict[str, tuple[str, ...]] = {
         "sequence_overhead_us",
         "step_overhead_us",
     ),  # distsim.instance.latency.roofline.RooflineCoefficients (tests/test_fidelity_profile.py checks)
+    "roofline3": tuple(f.name for f in fields(Roofline3Coefficients)),
 }
 
 

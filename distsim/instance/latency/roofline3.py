@@ -74,7 +74,7 @@ from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
 from distsim.instance.latency.roofline import RooflineLatency, _communication
-from distsim.instance.latency.serving import ServingLayer, ServingSettings, settings_from
+from distsim.instance.latency.serving import SAMPLERS, ServingLayer, ServingSettings, settings_from
 
 FP8_QUANT_CALL_US = 3.55  # micro_fp8_gemm.csv quant_us: fixed part of one per-token quantisation kernel
 FP8_QUANT_BYTES_PER_ELEMENT = 5.26  # and its part per input element, as bytes at the datasheet bandwidth
@@ -107,8 +107,8 @@ class Roofline3Coefficients:
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
     # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
     eager_layer_overhead_us: float = 14.81
-    # sampling: vLLM's temperature sampling measured on an H100 (scripts/sampler_fit.py on
-    # docs/data/h100_serving/run2/sampling.csv): a fixed time per step, bytes moved per logit of each
+    # sampling: vLLM's temperature sampling measured on an H100 (serving.SAMPLERS, the path
+    # cluster.latency.serving.sampler picks): a fixed time per step, bytes moved per logit of each
     # sampled row, and the rows' worth of time its row-per-block kernels take at any batch
     sampler_call_us: float = 14.09
     sampler_bytes_per_logit: float = 49.09
@@ -116,17 +116,17 @@ class Roofline3Coefficients:
     # vLLM's attention reads the KV cache paged in blocks, the step tables' stand-in contiguously: its KV
     # read time over the stand-in's (1: the tables' rate); fitted on the runs (docs/fidelity.md)
     paged_kv_read_factor: float = 1.0
-    # host: a step loop's CPU time per step and per sequence measured on an H100 host (least squares of
-    # docs/data/h100_serving/run1/host.csv's step_total on the batch); async scheduling hides it behind
-    # the GPU step (serving.py), so the runs cannot pin it
-    sequence_overhead_us: float = 0.789
-    step_overhead_us: float = 44.2
+    # host: a stand-in step loop's CPU time per step and per sequence on an H100 host, a floor for
+    # vLLM's (docs/data/h100_serving/summary.json, host_loop.fit.step_total); async scheduling hides it
+    # behind the GPU step (serving.py), so the runs cannot pin it
+    sequence_overhead_us: float = 0.791
+    step_overhead_us: float = 52.11
 
 
 DEFAULTS = Roofline3Coefficients()
 SERVING_DEFAULTS = ServingSettings()
-# the step-only fit (python -m distsim.fidelity.steps ... --nnls), with the issue-17 host terms: where the runfit and
-# the joint refit (python -m distsim.fidelity.jointfit, measured and not shipped: docs/fidelity.md) start from
+# the step-only fit (python -m distsim.fidelity.steps ... --nnls) with the older roofline's host terms (the
+# "step-only GPU terms" replay of scripts/fidelity_load_slope.py)
 STEP_FIT = replace(DEFAULTS, sequence_overhead_us=5.82, step_overhead_us=864.0)
 # name -> (low, high, low bound open)
 BOUNDS: dict[str, tuple[float, float, bool]] = {
@@ -551,7 +551,14 @@ def coefficients_from(cfg: Any, defaults: Roofline3Coefficients = DEFAULTS) -> R
     return roofline.coefficients_from(cfg, defaults, BOUNDS)
 
 
+SAMPLER_TERMS = ("sampler_call_us", "sampler_bytes_per_logit", "sampler_extra_rows")
+
+
 @register_latency_model("roofline3")
 def _build(cfg: Any, ctx: LatencyContext) -> Roofline3Latency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
-    return Roofline3Latency(ctx, coefficients_from(cfg), settings_from(cfg))
+    serving = settings_from(cfg)
+    # the sampling path's measured terms, for those the config leaves null
+    path = dict(zip(SAMPLER_TERMS, SAMPLERS[serving.sampler]))
+    defaults = replace(DEFAULTS, **{k: v for k, v in path.items() if cfg is None or cfg.get(k) is None})
+    return Roofline3Latency(ctx, coefficients_from(cfg, defaults), serving)

@@ -28,9 +28,10 @@ Every threshold below is vLLM's, cited in docs/data/serving_sources.md:
   adds in full. The GPU time it is compared with is the step's context-free part (matmuls, per-token
   and per-layer kernels, collectives, padding, sampling: no attention), so that a decode batch's terms
   are one table by batch size; the attention can only hide more.
-- **Sampling** (``sampler_bytes_per_logit``): the sampler's passes over each sampled row's logits
-  (float32 conversion, temperature, softmax, top-k/top-p), priced as bytes per logit at the memory
-  bandwidth, plus ``sampler_call_us`` per step.
+- **Sampling** (``sampler``): the sampler's passes over each sampled row's logits (float32
+  conversion, temperature, softmax, a sort for top-k/top-p), priced as bytes per logit at the memory
+  bandwidth over (rows + ``sampler_extra_rows``) rows, plus ``sampler_call_us`` per step; the three
+  measured per path (:data:`SAMPLERS`) unless set.
 
 Detokenisation and streaming run in the API server process, beside the engine: they delay each token
 on its way to the client (``cluster.frontend.per_output_token_us``), not the engine's steps.
@@ -56,6 +57,15 @@ NCCL_NVLINK: dict[int, tuple[float, float]] = {2: (17.0, 290.0), 4: (20.8, 226.4
 # as a fraction of the PCIe link per direction it crossed (Gen5 x16, 64 GB/s)
 NCCL_PCIE = (51.7, 33.2 / 64.0)
 INTERCONNECTS = ("nvlink", "pcie")
+# vLLM's sampling paths measured on an H100 (scripts/sampler_fit.py --op OP on
+# docs/data/h100_serving/run2/sampling.csv): (sampler_call_us, sampler_bytes_per_logit, sampler_extra_rows).
+# Which one a request takes follows its sampling parameters, which default to the model's
+# generation_config.json (vLLM's --generation-config auto): top-k/top-p sort the logits of every row.
+SAMPLERS: dict[str, tuple[float, float, float]] = {
+    "temperature": (14.09, 49.09, 18.7),  # random_exp: softmax, exponential draw, argmax
+    "top_k_top_p": (105.75, 377.67, 13.15),  # topk_topp_sort: PyTorch's sort of each row, then the draw
+    "greedy": (8.34, 11.66, 20.6),  # argmax
+}
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class ServingSettings:
     host_overlap: bool | None = None  # null: engine.async_scheduling
     interconnect: str | None = None  # nvlink | pcie; null: nvlink when the GPU link beats the host link
     p2p: bool = True  # GPU peer-to-peer access (PCIe consumer cards may lack it)
+    sampler: str = "temperature"  # the sampling path: its measured terms unless set (SAMPLERS)
 
 
 def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -91,11 +102,12 @@ def settings_from(cfg: Any, key: str = "cluster.latency.serving") -> ServingSett
         if not isinstance(value, bool):
             raise ConfigError(f"{key}.{name}", f"must be true or false (got {value!r})")
         out[name] = value
-    link = node.get("interconnect")
-    if link is not None:
-        if link not in INTERCONNECTS:
-            raise ConfigError(f"{key}.interconnect", f"must be one of {', '.join(INTERCONNECTS)} (got {link!r})")
-        out["interconnect"] = link
+    for name, allowed in (("interconnect", INTERCONNECTS), ("sampler", tuple(SAMPLERS))):
+        value = node.get(name)
+        if value is not None:
+            if value not in allowed:
+                raise ConfigError(f"{key}.{name}", f"must be one of {', '.join(allowed)} (got {value!r})")
+            out[name] = value
     return ServingSettings(**out)
 
 
