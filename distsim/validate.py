@@ -1,5 +1,7 @@
 """``python -m distsim.validate RUN_DIR [overrides...] [--out DIR]``: replay a measured run and compare.
 
+The same as ``python -m distsim.calibrate validate RUN_DIR``, the calibration pipeline's check stage.
+
 Reads the run (vLLM bench folder or plain CSV run, see distsim.fidelity), simulates exactly its
 requests on its engine settings, prints measured against simulated TTFT, TPOT and E2E (mean, p50, p90,
 p95, p99) and writes validation.json ({metric: {measured, simulated, error_pct}}) plus two PNGs
@@ -49,8 +51,8 @@ def describe(v: Validation) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m distsim.validate", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, prog: str = "python -m distsim.validate") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run folder (requests.jsonl + meta.json) or a CSV run")
     parser.add_argument(
         "overrides", nargs="*", help="simulator config overrides, e.g. cluster.latency.profile=NAME"

@@ -1,9 +1,9 @@
 """The fidelity tables: one command regenerates them in docs/fidelity.md and README.md's median block.
 
 1. Step-level error of the shipped step model on the engine steps measured on an H100
-   (``python -m distsim.fidelity.steps ../shared/data/h100_steps``), by model and step class.
+   (``python -m distsim.calibrate steps ../shared/data/h100_steps``), by model and step class.
 2. The 13 measured real vLLM runs on H100 replayed at the shipped defaults
-   (``python -m distsim.fidelity.suite ../shared/data/h100_vllm_runs``): per-run errors, medians beside
+   (``python -m distsim.calibrate validate ../shared/data/h100_vllm_runs``): per-run errors, medians beside
    the peers' recorded errors on the same runs (the medians and the RTX runs also go to README.md).
 3. The two RTX runs (../shared/data/llmservingsim_bench), never fitted on, at the shipped defaults.
 4. docs/data/fidelity_guard.json: the figures the fidelity guard (tests/test_fidelity_guard.py) holds
@@ -11,7 +11,7 @@
 5. The model block (distsim.fidelity.report.model): the step model (cluster.latency.kind=roofline3) on
    every step table in sample and leave-one-model-out with its coefficients, GPU against host time per
    step class, the runs in sample and leave-one-model-out (read from docs/data/h100_runfit.json, which
-   ``python -m distsim.fidelity.runfit ... --lomo`` writes in about 5 minutes), load slopes, where each
+   ``python -m distsim.calibrate runs ... --lomo`` writes in about 5 minutes), load slopes, where each
    run's error sits (distsim.fidelity.residuals), the RTX runs beside the older roofline.
 
     python scripts/fidelity_h100.py             # a few minutes
@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fidelity_report import replace_block  # scripts/ is on the path when this file runs
+from doc_blocks import replace_block  # scripts/ is on the path when this file runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path("..") / "shared" / "data"
@@ -59,7 +59,7 @@ def steps_tables(tmp: Path) -> str:
 
     out = tmp / "steps"
     if steps.main([str(SHARED / "h100_steps"), "--out", str(out)]) != 0:
-        raise SystemExit("python -m distsim.fidelity.steps failed")
+        raise SystemExit("the step tables' comparison (calibrate steps) failed")
     page = (out / "steps.md").read_text(encoding="utf-8")
     return demote(page.split("\n", 1)[1].strip())  # without the page title
 
@@ -71,7 +71,7 @@ def suite_tables(tmp: Path, overrides: tuple[str, ...] = ()) -> tuple[str, str, 
 
     out = tmp / ("suite" + "_".join(o.split("=")[-1] for o in overrides))
     if suite.main([str(SHARED / "h100_vllm_runs"), *overrides, "--out", str(out)]) != 0:
-        raise SystemExit("python -m distsim.fidelity.suite failed")
+        raise SystemExit("the runs' replay (calibrate validate) failed")
     page = (out / "suite.md").read_text(encoding="utf-8")
     per_run = section(page, "Per run")
     medians = next(s for s in re.split(r"^## ", page, flags=re.M) if s.startswith("Median"))

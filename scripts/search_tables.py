@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fidelity_report import replace_block  # noqa: E402 (scripts/ is not a package)
+from doc_blocks import replace_block  # noqa: E402 (scripts/ is not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "guide" / "search.md"  # the page holding the GENERATED block

@@ -229,20 +229,20 @@ def test_validate_calibrate_and_report_refuse_a_bad_out(tmp_path, case, capsys, 
         real = os.access
         monkeypatch.setattr(os, "access", lambda p, m, *a, **k: False if str(p).startswith(str(out)) else real(p, m))
     assert_user_error(completed(validate_main([FIDELITY_RUN, "--out", str(out)]), capsys), 2, str(out))
-    profile = out / "p.json"
-    code = calibrate_main([FIDELITY_RUN, "--budget", "2", "--out", str(profile)])
-    assert_user_error(completed(code, capsys), 2, str(profile))
+    fit = out / "fit.json"
+    code = calibrate_main(["runs", FIDELITY_RUN, "--iterations", "1", "--workers", "1", "--out", str(fit)])
+    assert_user_error(completed(code, capsys), 2, str(fit))
     code = report_main([str(finished_sweep), "--out", str(out / "report")])
     assert_user_error(completed(code, capsys), 2, str(out))
 
 
-@pytest.mark.parametrize("budget", ["0", "-3", "many"])
-def test_calibrate_budget_must_be_a_positive_count(budget, capsys):
+@pytest.mark.parametrize("count", ["0", "-3", "many"])
+def test_calibrate_iterations_must_be_a_positive_count(count, capsys):
     from distsim.calibrate import main as calibrate_main
 
     with pytest.raises(SystemExit) as exit_:
-        calibrate_main([FIDELITY_RUN, "--budget", budget])
-    assert_user_error(completed(exit_.value.code, capsys), 2, "--budget", budget)
+        calibrate_main(["runs", FIDELITY_RUN, "--iterations", count])
+    assert_user_error(completed(exit_.value.code, capsys), 2, "--iterations")
 
 
 def test_report_names_the_jobs_without_requests_and_draws_no_empty_cdf(finished_sweep, tmp_path, capsys):

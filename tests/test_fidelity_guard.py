@@ -1,4 +1,4 @@
-"""The fidelity guard (issue 24, item 6): the shipped defaults, scored on the step tables of
+"""The fidelity guard: the shipped defaults, scored on the step tables of
 ../shared/data/h100_steps and on a fixed slice of ../shared/data/h100_vllm_runs, may not be more than
 one point worse than the figures docs/fidelity.md records (docs/data/fidelity_guard.json, written by
 scripts/fidelity_h100.py with the doc). Fidelity moves only on purpose: rerun the script and commit

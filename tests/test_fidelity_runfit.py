@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from distsim.fidelity import runfit
-from distsim.fidelity.multifit.pool import ReplayPool
+from distsim.fidelity.pool import ReplayPool
 from distsim.fidelity.suite.data import read_suite
 
 RUNS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_vllm_runs"

@@ -4,8 +4,6 @@ whole ../shared/data/h100_steps when it is beside the repo."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import shutil
 from pathlib import Path
 
@@ -20,8 +18,6 @@ from distsim.fidelity.steps import cli as steps_cli
 from distsim.fidelity.steps import data as steps_data
 from distsim.fidelity.steps.compare import STEP_COLUMNS, compare, latency_settings, simulate, summary
 from distsim.fidelity.steps.data import cut_layers, read_steps, step_class
-from distsim.fidelity.steps.fit import fit_steps, row_weights
-from distsim.instance.latency import roofline
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_steps"
 
@@ -106,55 +102,13 @@ def test_cut_model_keeps_the_vocabulary_and_a_share_of_the_layers(monkeypatch):
     assert mixtral.rows["measured_us"].iloc[0] == pytest.approx(12911.1)
 
 
-def test_weights_count_each_model_and_class_equally():
-    tables = read_steps(FIXTURE)[:2]
-    w = row_weights(tables)
-    assert w.sum() == pytest.approx(1.0)
-    # Llama: 4 classes (decode 1 row, long context 2, prefill 2, mixed 1), each a quarter of its half
-    assert w[:6].tolist() == pytest.approx([1 / 8, 1 / 16, 1 / 16, 1 / 16, 1 / 16, 1 / 8])
-    assert w[6:].tolist() == pytest.approx([1 / 6] * 3)
-
-
-def test_fit_recovers_the_coefficients_that_made_the_steps():
-    settings = latency_settings(["cluster.latency.kind=roofline"])
-    tables = read_steps(FIXTURE)[:2]
-    truth = {"compute_efficiency": 0.5, "memory_efficiency": 0.7}
-    made = simulate(tables, settings, truth)
-    synthetic, at = [], 0
-    for t in tables:
-        rows = t.rows.assign(measured_us=made[at : at + len(t.rows)])
-        synthetic.append(dataclasses.replace(t, rows=rows))
-        at += len(t.rows)
-    fit = fit_steps(synthetic, settings, ["compute_efficiency", "memory_efficiency", "step_overhead_us"])
-    k = roofline.DEFAULTS
-    assert fit.start == {"compute_efficiency": k.compute_efficiency, "memory_efficiency": k.memory_efficiency}
-    for key, value in truth.items():
-        assert fit.values[key] == pytest.approx(value, rel=0.01)
-    assert fit.objective < 1e-10 < fit.start_objective and fit.unused == ["step_overhead_us"]
-
-
-def test_cli_compares_fits_with_a_held_out_model_and_writes(tmp_path, capsys):
+def test_cli_compares_every_step_and_writes(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = steps_cli.main(
-        [
-            str(FIXTURE),
-            "--out",
-            str(out),
-            "--fit",
-            "compute_efficiency,memory_efficiency",
-            "--holdout",
-            "qwen2.5-7b",
-        ]
-    )
-    assert rc == 0
+    assert steps_cli.main([str(FIXTURE), "--out", str(out)]) == 0
     table = pd.read_csv(out / "steps.csv")
     assert list(table.columns) == list(STEP_COLUMNS)
-    assert len(table) == 12
-    fit = json.loads((out / "step_fit.json").read_text())
-    assert fit["fitted_on"] == ["llama-3.1-8b"] and fit["holdout"] == "qwen2.5-7b" and len(fit["rows"]) == 6
-    assert set(fit["values"]) == {"compute_efficiency", "memory_efficiency"} and "--holdout" in fit["command"]
-    md = (out / "steps.md").read_text()
-    assert "qwen2.5-7b held out" in md and "## At the fitted values" in md
+    assert len(table) == 12 and not (out / "step_fit.json").exists()
+    assert "## At the configured values" in (out / "steps.md").read_text()
     assert "| all | all | 12 |" in capsys.readouterr().out
 
 
@@ -192,15 +146,14 @@ def test_variant_tables_are_not_read(tmp_path):
         ["/no/such/folder"],
         [str(FIXTURE), "cluster.latency.compute_efficiency=2"],
         [str(FIXTURE), "cluster.latency.no_such_key=1"],
-        [str(FIXTURE), "--fit", "speed"],
-        [str(FIXTURE), "--fit", "step_overhead_us"],
-        [str(FIXTURE), "--fit", "compute_efficiency", "--holdout", "gpt-5"],
+        [str(FIXTURE), "--lomo"],
+        [str(FIXTURE), "cluster.latency.kind=roofline", "--fit"],
     ],
 )
 def test_bad_folder_override_or_fit_is_one_line_and_exit_2(args, capsys):
     assert steps_cli.main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("distsim: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("distsim.calibrate: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_a_latency_model_without_gpu_time_is_refused():

@@ -71,12 +71,12 @@ def test_leave_one_model_out_scores_each_model_at_the_others_fit():
 
 def test_cli_nnls_writes_the_fit_and_lomo(tmp_path, capsys):
     out = tmp_path / "out"
-    assert steps_cli.main([str(FIXTURE), *SETTINGS, "--nnls", "--lomo", "--out", str(out)]) == 0
+    assert steps_cli.main([str(FIXTURE), *SETTINGS, "--fit", "--lomo", "--out", str(out)]) == 0
     fit = json.loads((out / "step_fit.json").read_text())
     assert set(fit["values"]) >= {"compute_efficiency", "memory_efficiency", "layer_overhead_us"}
     assert set(fit["lomo"]) == {"llama-3.1-8b", "qwen2.5-7b", "mixtral-8x7b"}
     assert len(pd.read_csv(out / "steps_lomo.csv")) == 12
     md = capsys.readouterr().out
     assert "## Leave one model out" in md and "bounded linear least squares" in md
-    assert steps_cli.main([str(FIXTURE), "cluster.latency.kind=roofline", "--nnls"]) == 2  # no linear basis
+    assert steps_cli.main([str(FIXTURE), "cluster.latency.kind=roofline", "--fit"]) == 2  # no linear basis
     assert "roofline3" in capsys.readouterr().err

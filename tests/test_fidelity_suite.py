@@ -1,4 +1,4 @@
-"""The replay harness for a folder of measured runs (issue 17, item 6): reader, metrics, replay, errors."""
+"""The replay harness for a folder of measured runs : reader, metrics, replay, errors."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from distsim.errors import InputFileError, UserError
+from distsim.fidelity.metrics import stage_index, stage_metrics
 from distsim.fidelity.suite import replay as suite_cli
 from distsim.fidelity.suite.data import pool_trace, read_suite
-from distsim.fidelity.suite.metrics import stage_index, stage_metrics
 from distsim.simulate import simulate
 
 RUNS = Path(__file__).parents[1].parent / "shared" / "data" / "h100_vllm_runs"
@@ -140,4 +140,4 @@ def test_an_unknown_run_id_is_one_line_naming_it_and_the_known_ids(runs, tmp_pat
 @needs_data
 def test_a_runs_option_that_names_no_run_is_refused(tmp_path, capsys):
     assert suite_cli.main([str(RUNS), "--out", str(tmp_path), "--runs", " , "]) == 2
-    assert capsys.readouterr().err.strip() == "distsim: --runs: no run id given (got ' , ')"
+    assert capsys.readouterr().err.strip() == "distsim.calibrate: --runs: no run id given (got ' , ')"

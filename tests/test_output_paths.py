@@ -160,14 +160,14 @@ def test_calibrate_writes_its_profile_through_a_symlink(tmp_path):
     target.write_text("old")
     link = tmp_path / "gpu.json"
     link.symlink_to(target)
-    proc = run_module("distsim.calibrate", FIDELITY_RUN, "--budget", "2", "--out", str(link))
+    proc = run_module("distsim.calibrate", "runs", FIDELITY_RUN, "--iterations", "1", "--workers", "1", "--out", str(link))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert link.is_symlink() and target.read_text().lstrip().startswith("{")
 
 
 def test_calibrate_refuses_a_device_before_fitting(tmp_path):
     node = full_device(tmp_path / "full")
-    proc = run_module("distsim.calibrate", FIDELITY_RUN, "--budget", "2", "--out", str(node))
+    proc = run_module("distsim.calibrate", "runs", FIDELITY_RUN, "--iterations", "1", "--workers", "1", "--out", str(node))
     assert_user_error(proc, 2, str(node), "character device")
     assert stat.S_ISCHR(node.lstat().st_mode)
 

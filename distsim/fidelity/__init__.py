@@ -1,8 +1,10 @@
-"""Fidelity: replay measured serving runs, compare, calibrate the latency model (issue 7).
+"""Fidelity: read measured runs and step tables, replay and price them, compare, fit.
 
-Readers turn a run (vLLM bench folder, plain CSV) into a :class:`MeasuredRun`; :mod:`.replay` simulates
-exactly its requests; :mod:`.metrics` compares; :mod:`.fit` calibrates through :mod:`.optimize`. The
-commands are ``python -m distsim.validate`` and ``python -m distsim.calibrate``; docs/fidelity.md.
+Readers turn a run (vLLM bench folder, plain CSV) into a :class:`MeasuredRun` and a folder of runs with
+per-stage aggregates into a :class:`~distsim.fidelity.suite.data.Suite`; :mod:`.replay` simulates either
+kind; :mod:`.metrics` is the one definition of the compared figures; :mod:`.steps` prices and fits step
+tables; :mod:`.runfit` fits the serving terms on runs. The command is ``python -m distsim.calibrate``
+(its package docstring is the map of the pipeline); ``python -m distsim.validate`` checks one run.
 """
 
 from distsim.fidelity.metrics import METRICS, MetricComparison, compare

@@ -1,4 +1,4 @@
-"""The fidelity guard (issue 24, item 6): the shipped defaults scored on the step tables and on a fixed
+"""The fidelity guard: the shipped defaults scored on the step tables and on a fixed
 slice of the measured runs, against the figures docs/fidelity.md records.
 
 The script that writes docs/fidelity.md (``scripts/fidelity_h100.py``) also writes the same figures,
@@ -15,21 +15,18 @@ Figures (all in percent, absolute errors; lower is better):
   about 7 s of replays in all), the absolute whole-run error of mean E2E, mean TTFT and mean ITL;
 - ``runs_median``: the median of each of those three over the slice.
 
-    python -m distsim.fidelity.guard [--write docs/data/fidelity_guard.json]   # print (or write) them
+``scripts/fidelity_h100.py`` writes the record (:func:`write`) with the doc's tables.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from distsim import outputs
-from distsim.errors import UserError
 
 TOLERANCE = 1.0  # points an error may rise above the recorded figure before the guard fails
 RUN_SLICE = ("48", "60", "62", "65", "66", "67")  # one run per model: Scout, 70B, Nemo, Yi, Qwen, Llama-2
@@ -109,23 +106,3 @@ def write(path: Path = RECORD, shared: str | Path = SHARED) -> dict[str, Any]:
     figs = figures(shared)
     outputs.write_text(outputs.prepare_file(path), json.dumps(figs, indent=2, sort_keys=False) + "\n")
     return figs
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.guard", description=__doc__.splitlines()[0])
-    p.add_argument("--write", nargs="?", const=str(RECORD), default=None, help="write the record (default path)")
-    p.add_argument("--shared", default=str(SHARED), help="the folder holding h100_steps and h100_vllm_runs")
-    args = p.parse_args(argv)
-    try:
-        figs = write(Path(args.write), args.shared) if args.write else figures(args.shared)
-    except UserError as err:
-        print(f"distsim: {err}", file=sys.stderr)
-        return 2
-    print(json.dumps(figs, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    from distsim import command
-
-    command.run("distsim", main)  # a full or closed stdout, and Ctrl-C, as one line

@@ -1,12 +1,21 @@
-"""The compared figures: TTFT, TPOT and E2E at mean, p50, p90, p95, p99, and their relative errors.
+"""The compared figures, one definition for the measured and the simulated side of every comparison.
 
-Percentiles are numpy's linear ones, as in summary.json, computed the same way for the measured and
-the simulated request tables (over requests that have the value: TPOT needs two output tokens).
+Two sets, by what the measurement holds:
+
+- a run with per-request times (``validate``): TTFT, TPOT and E2E at mean, p50, p90, p95, p99 over the
+  requests that have the value (TPOT needs two output tokens): :func:`compare`, validation.json;
+- a run with per-stage aggregates only (``h100_vllm_runs``, its README's definitions), and the serving
+  fit on any run: per stage and for the whole run (stage -1), ``e2e_*`` and ``ttft_*`` at mean, p90,
+  p99 over the completed requests, and ``itl_mean`` = (mean E2E - mean TTFT) / (mean output tokens - 1):
+  :func:`stage_metrics`.
+
+Percentiles are numpy's linear ones, as in summary.json. Error % = (simulated - measured) / measured x 100.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +24,8 @@ import pandas as pd
 LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATS = ("mean", "p50", "p90", "p95", "p99")
 METRICS = tuple(f"{lat}.{stat}" for lat in LATENCIES for stat in STATS)
+STAGE_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
+WHOLE_RUN = -1  # the stage index of the whole run
 
 
 def latency_stats(requests: pd.DataFrame) -> dict[str, float]:
@@ -74,3 +85,54 @@ def comparison_json(comparison: dict[str, MetricComparison]) -> dict[str, dict[s
         }
         for k, c in comparison.items()
     }
+
+
+def stage_index(arrival_s: np.ndarray, durations_s: Sequence[float]) -> np.ndarray:
+    """The stage of each arrival: stage i holds [sum of durations before i, sum through i); arrivals
+    past the last boundary (a late user round) go to the last stage."""
+    bounds = np.cumsum(np.asarray(durations_s, dtype=np.float64))
+    idx = np.searchsorted(bounds, np.asarray(arrival_s, dtype=np.float64), side="right")
+    return np.minimum(idx, len(bounds) - 1)
+
+
+def group_metrics(e2e_ms: np.ndarray, ttft_ms: np.ndarray, output_tokens: np.ndarray) -> dict[str, float]:
+    """The :data:`STAGE_METRICS` of one group of completed requests."""
+    out = {}
+    for name, values in (("e2e", e2e_ms), ("ttft", ttft_ms)):
+        for stat in ("mean", "p90", "p99"):
+            out[f"{name}_{stat}"] = stat_of(values, stat)
+    tokens = float(output_tokens.mean()) if output_tokens.size else math.nan
+    out["itl_mean"] = (out["e2e_mean"] - out["ttft_mean"]) / (tokens - 1.0) if tokens > 1.0 else math.nan
+    return out
+
+
+def stage_metrics(requests: pd.DataFrame, durations_s: Sequence[float] = ()) -> pd.DataFrame:
+    """Columns ``stage, metric, value`` for the whole run (-1) and every stage of ``durations_s`` (none:
+    the whole run only), over the completed requests of a table with ``arrival_s``, ``completed`` (bool),
+    ``e2e_ms``, ``ttft_ms``, ``output_tokens`` (:func:`metric_frame`). Metrics in :data:`STAGE_METRICS` order."""
+    done = requests[requests["completed"].astype(bool)]
+    stages = stage_index(done["arrival_s"].to_numpy(), durations_s) if len(durations_s) else None
+    rows = []
+    for stage in (WHOLE_RUN, *range(len(durations_s))):
+        mask = np.ones(len(done), dtype=bool) if stage == WHOLE_RUN else stages == stage
+        values = group_metrics(
+            done["e2e_ms"].to_numpy(dtype=np.float64)[mask],
+            done["ttft_ms"].to_numpy(dtype=np.float64)[mask],
+            done["output_tokens"].to_numpy(dtype=np.float64)[mask],
+        )
+        rows += [(stage, m, values[m]) for m in STAGE_METRICS]
+    return pd.DataFrame(rows, columns=["stage", "metric", "value"])
+
+
+def metric_frame(requests: pd.DataFrame, arrival_offset_s: float = 0.0) -> pd.DataFrame:
+    """What :func:`stage_metrics` reads, from a request table with ``arrival_ms``, ``e2e_ms``, ``ttft_ms``,
+    ``output_tokens`` (and ``status``: a simulated one; a measured one without it counts a request with
+    an E2E as completed); ``arrival_offset_s`` puts the arrivals on the measurement's clock."""
+    completed = (requests["status"] == "completed") if "status" in requests else requests["e2e_ms"].notna()
+    return pd.DataFrame({
+        "arrival_s": requests["arrival_ms"].to_numpy(dtype=np.float64) / 1000.0 + float(arrival_offset_s),
+        "completed": np.asarray(completed, dtype=bool),
+        "e2e_ms": requests["e2e_ms"].to_numpy(dtype=np.float64),
+        "ttft_ms": requests["ttft_ms"].to_numpy(dtype=np.float64),
+        "output_tokens": requests["output_tokens"].to_numpy(dtype=np.float64),
+    })

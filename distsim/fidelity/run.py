@@ -71,6 +71,20 @@ class MeasuredRun:
     source_format: str = ""
     source_file: Path | None = None  # the requests file (provenance: profiles record its hash)
 
+    @property
+    def id(self) -> str:
+        """The run's name: what fit tables and reports call it (as a suite run's id)."""
+        return self.name
+
+    @property
+    def model_name(self) -> str:
+        """The model, for weighing runs by model in a fit (the run's name when it names none)."""
+        return self.model or self.name
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.requests)
+
     def to_requests(self) -> list[Request]:
         """Fresh simulator requests (same arrivals in integer microseconds, same lengths). New objects on
         every call: a simulation writes its runtime fields into them."""

@@ -1,8 +1,8 @@
-"""Host and front-end terms fitted on real runs with the GPU terms frozen (issue 24, items 3, 4, 7).
+"""Host and front-end terms fitted on real runs with the GPU terms frozen.
 
-    python -m distsim.fidelity.runfit ../shared/data/h100_vllm_runs [overrides...] [--lomo] [--out FILE.json]
+    python -m distsim.calibrate runs ../shared/data/h100_vllm_runs [overrides...] [--terms K,K] [--lomo] [--out FILE.json]
 
-The GPU terms come from the step tables (``python -m distsim.fidelity.steps ... --nnls``) and stay as
+The GPU terms come from the step tables (``python -m distsim.calibrate steps ... --fit``) and stay as
 configured; only the terms the step tables cannot see are fitted on the runs: the engine's host time per
 step (``cluster.latency.step_overhead_us``) and per scheduled sequence (``sequence_overhead_us``), and the
 front end's time per request and per prompt token before the engine queues a request
@@ -18,16 +18,13 @@ handful of replays in all. Leave-one-model-out (``--lomo``): for each model, the
 all-runs point with that model's residuals and Jacobian rows left out, then that model's runs replayed
 at the values it gives.
 
-The load slope (item 4): for each run measured at two rates (stages), the slope of mean ITL and mean
+The load slope: for each run measured at two rates (stages), the slope of mean ITL and mean
 TTFT against the rate, measured and simulated, and the relative error of the simulated slope.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,14 +33,11 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import lsq_linear
 
-from distsim import outputs
-from distsim.errors import UserError
-from distsim.fidelity.metrics import error_pct
-from distsim.fidelity.multifit.fit import fit_runs
-from distsim.fidelity.multifit.pool import Replay, ReplayPool
-from distsim.fidelity.suite.data import Suite, SuiteRun, read_suite
-from distsim.fidelity.suite.metrics import WHOLE_RUN
-from distsim.fidelity.suite.replay import split_overrides
+from distsim.fidelity.metrics import WHOLE_RUN, error_pct
+from distsim.fidelity.pool import Replay, ReplayPool
+from distsim.fidelity.replay import split_overrides
+from distsim.fidelity.suite.data import Suite, SuiteRun
+from distsim.fidelity.suite.replay import fit_runs
 
 # the fitted terms: (config key, lower bound, upper bound, forward-difference step)
 TERMS: dict[str, tuple[float, float, float]] = {
@@ -263,42 +257,3 @@ def start_values(overrides: Sequence[str]) -> dict[str, float]:
             value = getattr(defaults, key.rsplit(".", 1)[1])
         out[key] = float(value or 0.0)
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.runfit", description=__doc__.splitlines()[0])
-    p.add_argument("folder", help="a folder laid out like ../shared/data/h100_vllm_runs")
-    p.add_argument("overrides", nargs="*", help="config overrides for every replay (the GPU terms)")
-    p.add_argument("--lomo", action="store_true", help="leave each model out in turn")
-    p.add_argument("--iterations", type=int, default=3)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--out", default=None, help="write the fit as JSON here")
-    p.add_argument("--terms", default=None, help=f"comma-separated keys to fit (default: all of {', '.join(TERMS)})")
-    args = p.parse_intermixed_args(argv)
-    terms = args.terms.split(",") if args.terms else None
-    unknown = sorted(set(terms or ()) - set(TERMS))
-    if unknown:
-        print(f"distsim: --terms: not a fitted term: {', '.join(unknown)} (one of {', '.join(TERMS)})", file=sys.stderr)
-        return 2
-    command = "python -m distsim.fidelity.runfit " + " ".join(argv if argv is not None else sys.argv[1:])
-    try:
-        if args.out:
-            outputs.prepare_file(args.out)  # a bad --out fails before the fit, not after it
-        suite = read_suite(args.folder)
-        start = start_values(args.overrides)
-        with ReplayPool(args.overrides, workers=args.workers) as pool:
-            result = fit(Runs(suite, pool), start, args.iterations, args.lomo, lambda line: print(line, file=sys.stderr), terms)
-        body = to_json(result, suite, args.overrides, command)
-        if args.out:
-            outputs.write_text(args.out, json.dumps(body, indent=2, allow_nan=True) + "\n")
-    except UserError as err:
-        print(f"distsim: {err}", file=sys.stderr)
-        return 2
-    print(json.dumps({"fit": body["fit"]["values"], "medians": body["fit"]["medians"], "lomo": body.get("lomo", {}).get("medians")}, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    from distsim import command
-
-    command.run("distsim", main)  # a full or closed stdout, and Ctrl-C, as one line

@@ -25,7 +25,7 @@ PREVIOUS = [
 ]
 RUNFIT = Path("docs") / "data" / "h100_runfit.json"
 RUNFIT_COMMAND = (  # every other term at the shipped defaults (GPU terms from the steps, serving terms measured)
-    "python -m distsim.fidelity.runfit ../shared/data/h100_vllm_runs --lomo --terms "
+    "python -m distsim.calibrate runs ../shared/data/h100_vllm_runs --lomo --terms "
     "cluster.latency.all_reduce_latency_us,cluster.frontend.request_us,cluster.frontend.per_input_token_us "
     "--out docs/data/h100_runfit.json"
 )
@@ -81,7 +81,7 @@ def step_section(folder: Path) -> str:
     return "\n".join(
         [
             "Mean absolute error of one GPU's kernel time per step (max in brackets), against "
-            "`python -m distsim.fidelity.steps ../shared/data/h100_steps cluster.latency.kind=roofline3 --nnls "
+            "`python -m distsim.calibrate steps ../shared/data/h100_steps --fit "
             "--lomo` (every table and step class; leave-one-model-out leaves a model's tables out whole: "
             "Scout's FP8 and bf16 rows together, Mixtral's and Qwen3's moe_skew rows with their tables).",
             "",

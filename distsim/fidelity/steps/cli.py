@@ -1,23 +1,19 @@
-"""Step-level error of distsim's step-time model on measured engine steps, and a step-level fit.
+"""The ``steps`` stage: distsim's step-time model against measured engine steps, and the GPU-term fit.
 
-    python -m distsim.fidelity.steps ../shared/data/h100_steps [cluster.latency.KEY=VALUE ...] [--out DIR]
-        [--fit KEY,KEY,...] [--include-moe] [--holdout MODEL]
-    python -m distsim.fidelity.steps ../shared/data/h100_steps cluster.latency.kind=roofline3 --nnls [--lomo]
+    python -m distsim.calibrate steps ../shared/data/h100_steps [cluster.latency.KEY=VALUE ...] [--fit [--lomo]] [--out DIR]
 
-Every step of the folder's primary tables (:mod:`distsim.fidelity.steps.cli.data`) is timed by the latency
+Every step of the folder's primary tables (:mod:`distsim.fidelity.steps.data`) is timed by the latency
 model that the config (defaults plus the overrides) builds for the GPU the table was measured on (its
 ``gpu`` column, else the folder README's GPU), the table's TP shapes and model
-(:mod:`distsim.fidelity.steps.cli.compare`); error % = (simulated - measured) / measured x 100 of one GPU's
+(:mod:`distsim.fidelity.steps.compare`); error % = (simulated - measured) / measured x 100 of one GPU's
 kernel time, per model and step class (decode, long context, prefill, mixed). Why at the step level: a
 whole run's error mixes the step model with the scheduler and the engine's host work; these steps
 isolate the first.
 
-``--fit`` fits the named ``cluster.latency`` coefficients to the dense tables (with ``--include-moe``
-the MoE ones too; ``--holdout MODEL`` leaves one model out and reports it at the fitted values),
-:mod:`distsim.fidelity.steps.cli.fit`. ``--nnls`` fits every GPU coefficient of the per-operator model
-(``kind=roofline3``) to every table by bounded linear least squares (:mod:`distsim.fidelity.steps.cli.nnls`);
-``--lomo`` adds leave-one-model-out. Writes DIR/steps.csv (one row per step, at the fitted values when
-fitting), DIR/steps.md (the tables) and, when fitting, DIR/step_fit.json.
+``--fit`` fits every GPU coefficient of the per-operator model (``kind=roofline3``, the default) to every
+table by bounded linear least squares (:mod:`distsim.fidelity.steps.nnls`); ``--lomo`` adds
+leave-one-model-out. Writes DIR/steps.csv (one row per step, at the fitted values when fitting),
+DIR/steps.md (the tables) and, when fitting, DIR/step_fit.json (``calibrate runs --steps`` reads it).
 """
 
 from __future__ import annotations
@@ -37,17 +33,14 @@ from distsim import outputs
 from distsim.errors import UserError
 from distsim.fidelity.steps.compare import compare, latency_settings, simulate, summary, summary_markdown
 from distsim.fidelity.steps.data import StepTable, read_steps
-from distsim.fidelity.steps.fit import BOUNDS, StepFit, fit_keys, fit_steps
 
 
 @dataclass
 class StepReport:
     tables: list[StepTable]
     steps: pd.DataFrame  # at the configured values
-    fit: StepFit | None = None
     fitted_steps: pd.DataFrame | None = None  # at the fitted values
-    holdout: str | None = None
-    basis_fit: Any = None  # nnls.BasisFit (--nnls)
+    basis_fit: Any = None  # nnls.BasisFit (--fit)
     lomo: Any = None  # nnls.Lomo (--lomo)
 
     @property
@@ -55,36 +48,10 @@ class StepReport:
         return self.steps if self.fitted_steps is None else self.fitted_steps
 
 
-def fit_tables(tables: list[StepTable], include_moe: bool, holdout: str | None) -> list[StepTable]:
-    """The tables a fit uses: the dense ones (and the MoE ones with ``include_moe``), less ``holdout``."""
-    names = [t.name for t in tables]
-    if holdout is not None and holdout not in names:
-        raise UserError(f"--holdout: no table {holdout!r} in the folder; read: {', '.join(names)}")
-    used = [t for t in tables if (include_moe or not t.moe) and t.name != holdout]
-    if not used:
-        raise UserError(
-            "--fit: no table left to fit on (the dense tables, less --holdout; --include-moe adds the MoE ones)"
-        )
-    return used
-
-
-def run_steps(
-    folder: str | Path,
-    overrides: Sequence[str] = (),
-    keys: Sequence[str] = (),
-    include_moe: bool = False,
-    holdout: str | None = None,
-) -> StepReport:
-    """Compare every step at the configured values, and fit ``keys`` when given."""
-    settings = latency_settings(overrides)
+def run_steps(folder: str | Path, overrides: Sequence[str] = ()) -> StepReport:
+    """Compare every step at the configured values."""
     tables = read_steps(folder)
-    report = StepReport(tables, compare(tables, simulate(tables, settings)), holdout=holdout)
-    if keys:
-        report.fit = fit_steps(fit_tables(tables, include_moe, holdout), settings, keys)
-        report.fitted_steps = compare(tables, simulate(tables, settings, report.fit.values))
-    elif holdout is not None:
-        raise UserError("--holdout needs --fit")
-    return report
+    return StepReport(tables, compare(tables, simulate(tables, latency_settings(overrides))))
 
 
 def run_nnls(folder: str | Path, overrides: Sequence[str] = (), with_lomo: bool = False) -> StepReport:
@@ -95,7 +62,7 @@ def run_nnls(folder: str | Path, overrides: Sequence[str] = (), with_lomo: bool 
 
     settings = latency_settings(overrides)
     if settings.node.get("kind") != "roofline3":
-        raise UserError("--nnls fits the per-operator step model: add cluster.latency.kind=roofline3")
+        raise UserError("--fit fits the per-operator step model: cluster.latency.kind=roofline3 (the default)")
     tables = read_steps(folder)
     start = coefficients_from(settings.node)
     report = StepReport(tables, compare(tables, simulate(tables, settings)))
@@ -125,22 +92,6 @@ def nnls_markdown(report: StepReport) -> str:
     return text
 
 
-def fit_markdown(fit: StepFit) -> str:
-    lines = ["| coefficient | start | fitted | bounds |", "|---|---:|---:|---|"]
-    for key, value in fit.values.items():
-        b = BOUNDS[key]
-        lines.append(f"| {key} | {fit.start[key]:.6g} | {value:.6g} | [{b.low:g}, {b.high:g}] |")
-    text = "\n".join(lines)
-    text += (
-        f"\n\nFitted on {', '.join(fit.tables)} ({len(fit.rows)} steps, each model and class weighted "
-        f"equally). Objective (weighted mean squared log error): {fit.start_objective:.5f} at the start, "
-        f"{fit.objective:.5f} fitted (typical error {fit.rms_error_pct:.1f}%); {fit.evaluations} evaluations."
-    )
-    if fit.unused:
-        text += f"\n\nNot fitted, since they do not change gpu_step_us: {', '.join(fit.unused)}."
-    return text
-
-
 def render_markdown(report: StepReport, folder: str, overrides: Sequence[str]) -> str:
     """steps.md: the inputs, notes, the error table at the configured values and, fitting, at the fit."""
     parts = [
@@ -167,40 +118,7 @@ def render_markdown(report: StepReport, folder: str, overrides: Sequence[str]) -
                 summary_markdown(summary(report.lomo.steps)),
                 "",
             ]
-    if report.fit is not None and report.fitted_steps is not None:
-        held = f" ({report.holdout} held out: its steps did not enter the fit)" if report.holdout else ""
-        parts += [
-            f"## Fit{held}",
-            "",
-            fit_markdown(report.fit),
-            "",
-            "## At the fitted values",
-            "",
-            summary_markdown(summary(report.fitted_steps)),
-            "",
-        ]
     return "\n".join(parts)
-
-
-def fit_json(report: StepReport, command: str) -> str:
-    fit = report.fit
-    assert fit is not None
-    body = {
-        "command": command,
-        "values": fit.values,
-        "start": fit.start,
-        "unused": fit.unused,
-        "bounds": {k: [BOUNDS[k].low, BOUNDS[k].high] for k in fit.values},
-        "objective": fit.objective,
-        "start_objective": fit.start_objective,
-        "rms_error_pct": fit.rms_error_pct,
-        "evaluations": fit.evaluations,
-        "message": fit.message,
-        "fitted_on": fit.tables,
-        "holdout": report.holdout,
-        "rows": fit.rows,
-    }
-    return json.dumps(body, indent=2, allow_nan=False) + "\n"
 
 
 def write_report(
@@ -214,8 +132,6 @@ def write_report(
         outputs.write_csv(out / "steps.csv", table),
         outputs.write_text(out / "steps.md", render_markdown(report, folder, overrides)),
     ]
-    if report.fit is not None:
-        paths.append(outputs.write_text(out / "step_fit.json", fit_json(report, command)))
     if report.basis_fit is not None:
         paths.append(outputs.write_text(out / "step_fit.json", nnls_json(report, command)))
     if report.lomo is not None:
@@ -246,43 +162,31 @@ def nnls_json(report: StepReport, command: str) -> str:
     return json.dumps(body, indent=2, allow_nan=False) + "\n"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.steps", description=__doc__.splitlines()[0])
+def parse_args(argv: Sequence[str] | None, prog: str = "python -m distsim.calibrate steps") -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("folder", help="a folder of step tables laid out like ../shared/data/h100_steps")
     p.add_argument(
         "overrides", nargs="*", help="config overrides, e.g. cluster.latency.compute_efficiency=0.6"
     )
     p.add_argument("--out", default=None, help="output folder for steps.csv, steps.md (and step_fit.json)")
-    p.add_argument(
-        "--fit", default=None, help=f"comma-separated cluster.latency keys to fit: {', '.join(BOUNDS)}"
-    )
-    p.add_argument("--include-moe", action="store_true", help="fit on the MoE tables too")
-    p.add_argument(
-        "--holdout", default=None, help="a table's model to leave out of the fit (e.g. qwen2.5-7b)"
-    )
-    p.add_argument("--nnls", action="store_true", help="fit every GPU coefficient of kind=roofline3 by bounded least squares")
-    p.add_argument("--lomo", action="store_true", help="with --nnls: leave each model out in turn")
+    p.add_argument("--fit", action="store_true", help="fit every GPU coefficient of kind=roofline3 by bounded least squares")
+    p.add_argument("--lomo", action="store_true", help="with --fit: leave each model out in turn")
     return p.parse_intermixed_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m distsim.calibrate steps") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    command = "python -m distsim.fidelity.steps " + " ".join(shlex.quote(a) for a in argv)
+    args = parse_args(argv, prog)
+    command = prog + " " + " ".join(shlex.quote(a) for a in argv)
     try:
+        if args.lomo and not args.fit:
+            raise UserError("--lomo goes with --fit")
         out = None if args.out is None else outputs.prepare_dir(args.out)
-        if args.nnls:
-            report = run_nnls(args.folder, args.overrides, args.lomo)
-        else:
-            if args.lomo:
-                raise UserError("--lomo goes with --nnls")
-            keys = fit_keys(args.fit) if args.fit is not None else []
-            report = run_steps(args.folder, args.overrides, keys, args.include_moe, args.holdout)
+        report = run_nnls(args.folder, args.overrides, args.lomo) if args.fit else run_steps(args.folder, args.overrides)
         if out is not None:
             write_report(report, out, args.folder, args.overrides, command)
     except UserError as err:
-        print(f"distsim: {err}", file=sys.stderr)
+        print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2
     print(render_markdown(report, args.folder, args.overrides))
     return 0
-

@@ -1,5 +1,5 @@
 """Fit the per-operator step model's GPU coefficients to measured engine steps by bounded linear least
-squares (issue 24), and leave-one-model-out.
+squares, and leave-one-model-out.
 
 Every term of :class:`~distsim.instance.latency.roofline3.Roofline3Latency` is linear in the
 coefficients of :data:`~distsim.instance.latency.roofline3.LINEAR` (1/ce, h/ce, 1/ce_e, h_e/ce_e, 1/ae,

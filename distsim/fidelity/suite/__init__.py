@@ -1,8 +1,5 @@
-"""Whole runs (issue 17, item 6): replay a folder of measured vLLM runs and tabulate the errors.
+"""Folders of measured runs with per-stage aggregates, laid out like ``../shared/data/h100_vllm_runs``.
 
-    python -m distsim.fidelity.suite FOLDER [overrides...] --out DIR [--runs IDS]
-
-:mod:`.data` reads the folder (experiments, workload profiles, traces, measurements), :mod:`.metrics`
-computes the per-stage figures by the measurements' definitions, :mod:`.replay` replays the runs and is the
-command (this package's ``__main__``).
+:mod:`.data` reads the folder (experiments, workload profiles, traces, measurements); :mod:`.replay`
+replays every run of it and tabulates the errors (``python -m distsim.calibrate validate FOLDER``).
 """

@@ -1,4 +1,4 @@
-"""Reading a folder of measured runs that share one layout (issue 17): ``experiments.csv``,
+"""Reading a folder of measured runs that share one layout: ``experiments.csv``,
 ``workload_profiles.json``, ``traces/<workload>.csv`` and ``measured.csv``, as in
 ``../shared/data/h100_vllm_runs`` (its README defines the files and the metrics).
 

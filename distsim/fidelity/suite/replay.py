@@ -1,19 +1,12 @@
-"""Replay every run of a folder of measured runs and tabulate the errors (issue 17, item 6).
+"""Replay every run of a folder of measured runs and tabulate the errors (``validate`` on a folder).
 
-    python -m distsim.fidelity.suite ../shared/data/h100_vllm_runs [overrides...] --out DIR
+    python -m distsim.calibrate validate ../shared/data/h100_vllm_runs [overrides...] --out DIR [--runs IDS]
 
-Each run (:mod:`distsim.fidelity.suite.data`) is replayed on one instance: ``cluster.hardware=H100``,
-the run's model, TP and engine settings (KV blocks included), the default ``cluster.latency.kind`` (roofline3), its
-trace through distsim's ``csv`` trace reader with ``prefix_group`` mapped onto shared leading block keys
-(``workload.prefix.groups`` = the profile's system prompts, ``workload.prefix.tokens`` = its system
-prompt length). Overrides go on top and win over the run's values (``workload.num_requests=200`` caps a
-replay). One override is the suite's own, not a config key: ``replay.prompts=pool`` replays each trace
-with inference-perf's prompt pool (every ``user`` of the trace sends one fixed prompt, again and again,
-so the prefix cache holds all of it after its first round: :func:`distsim.fidelity.suite.data.pool_trace`;
-the default, as inference-perf's ``shared_prefix`` generator sent the real requests);
-``replay.prompts=trace`` takes the trace as written, a fresh question behind the shared
-system prompt in every request (docs/fidelity.md, "Load slope"). The simulated requests give the same per-stage metrics by the same definitions
-(:mod:`distsim.fidelity.suite.replay.metrics`); error % = (simulated - measured) / measured x 100.
+Each run (:mod:`distsim.fidelity.suite.data`) is replayed on one instance by the one replay path
+(:mod:`distsim.fidelity.replay`: its settings, its trace, ``replay.prompts``), overrides on top
+(``workload.num_requests=200`` caps a replay). The simulated requests give the same per-stage metrics
+by the same definitions (:func:`distsim.fidelity.metrics.stage_metrics`); error % = (simulated -
+measured) / measured x 100.
 
 Writes DIR/suite.csv (one row per run, stage and metric, with each peer's recorded ``mpe``) and
 DIR/suite.md (per-run errors of mean E2E, TTFT, ITL and the medians of their absolute values beside the
@@ -30,27 +23,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 
-from distsim import inputs, outputs
+from distsim import outputs
 from distsim.catalog.models import load_model
 from distsim.config.compose import load_config
-from distsim.config.schema import EngineConfig, LatencyConfig
 from distsim.errors import UserError
-from distsim.fidelity.metrics import error_pct
-from distsim.fidelity.suite.data import Suite, SuiteRun, parse_ids, pool_trace, read_suite
-from distsim.fidelity.suite.metrics import STAGE_METRICS, WHOLE_RUN, stage_metrics
-from distsim.runner.overrides import from_lines
-from distsim.simulate import simulate
-from distsim.workload.schema import WorkloadConfig
-from distsim.workload.source import SYNTHETIC_ONLY
+from distsim.fidelity.metrics import STAGE_METRICS, WHOLE_RUN, error_pct, stage_metrics
+from distsim.fidelity.replay import replay_config as suite_config
+from distsim.fidelity.replay import simulated_frame as simulated_requests
+from distsim.fidelity.replay import split_overrides
+from distsim.fidelity.suite.data import Suite, SuiteRun, parse_ids, read_suite
 
 HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean")
-PROMPTS = "replay.prompts"  # the suite's own override: pool (the default) | trace
 DISTSIM = "distsim"
 TABLE_COLUMNS = ("run", "model", "tp", "workload", "stage", "metric", "measured", "simulated", "error_pct")
 
@@ -62,79 +48,6 @@ class SuiteResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (run id, reason)
     notes: dict[str, list[str]] = field(default_factory=dict)  # run id -> what the replay leaves out
     seconds: dict[str, float] = field(default_factory=dict)  # run id -> wall time of its replay
-
-
-def run_settings(run: SuiteRun) -> dict[str, Any]:
-    """The config values (dotted keys) that replay ``run``."""
-    values: dict[str, Any] = {
-        "cluster.instances": 1,
-        "cluster.pools": None,
-        "cluster.hardware": "H100",
-        "cluster.model": run.model,
-        "cluster.latency.kind": LatencyConfig.kind,
-        "workload.kind": "trace",
-        "workload.format": "csv",
-        "workload.path": str(run.trace),
-        "workload.num_requests": None,
-        "workload.duration_s": None,
-        "workload.prefix.groups": run.workload.num_system_prompts,
-        "workload.prefix.tokens": run.workload.system_prompt_len,
-        "workload.prefix.group_tokens": None,
-        "workload.prefix.share": 0.0,
-    }
-    schema = WorkloadConfig()
-    for name in SYNTHETIC_ONLY:  # the default workload's synthetic sections back to the schema's: a trace ignores them
-        values[f"workload.{name}"] = getattr(schema, name)
-    values.update(run.engine.overrides())
-    blocks, context = run.engine.total_kv_blocks, load_model(run.model).max_position_embeddings
-    block_size = run.engine.block_size or EngineConfig.block_size
-    if blocks and run.engine.max_model_len is None and context > blocks * block_size:
-        # the run records its KV blocks but not its max_model_len: vLLM started, so one max_model_len sequence
-        # fit those blocks (Scout's 10M-token context does not fit 8,253 blocks); at most what they hold
-        values["cluster.engine.max_model_len"] = blocks * block_size
-    return values
-
-
-def split_overrides(overrides: Sequence[str]) -> tuple[list[str], str]:
-    """The config overrides and the suite's own ``replay.prompts`` value (``pool`` when not given)."""
-    config, prompts = [], "pool"
-    for line in overrides:
-        key, sep, value = str(line).partition("=")
-        if key.strip() != PROMPTS:
-            config.append(line)
-        elif not sep or value.strip() not in ("trace", "pool"):
-            raise UserError(f"{PROMPTS} must be trace or pool (got {line!r})")
-        else:
-            prompts = value.strip()
-    return config, prompts
-
-
-def suite_config(run: SuiteRun, overrides: Sequence[str] = ()) -> DictConfig:
-    """Defaults, then the run's settings, then ``overrides`` (a key the user set keeps the user's value)."""
-    overrides, prompts = split_overrides(overrides)
-    cfg = load_config(overrides)
-    mine = {o.key for o in from_lines(overrides)}
-    settings = run_settings(run)
-    if prompts == "pool":
-        settings["workload.path"] = str(pool_trace(run.trace))
-    for key, value in settings.items():
-        if key not in mine:
-            OmegaConf.update(cfg, key, value, merge=False)
-    return cfg
-
-
-def simulated_requests(run: SuiteRun, cfg: DictConfig) -> pd.DataFrame:
-    """The replay's requests as the metrics want them: ``arrival_s`` on the trace's clock (the simulator
-    counts from the first row), ``completed``, ``e2e_ms``, ``ttft_ms``, ``output_tokens``."""
-    first = inputs.read_csv_frame(run.trace, usecols=["arrival_s"], nrows=1)["arrival_s"].iloc[0]
-    reqs = simulate(cfg).requests
-    return pd.DataFrame({
-        "arrival_s": reqs["arrival_ms"].to_numpy(dtype=np.float64) / 1000.0 + float(first),
-        "completed": (reqs["status"] == "completed").to_numpy(),
-        "e2e_ms": reqs["e2e_ms"].to_numpy(dtype=np.float64),
-        "ttft_ms": reqs["ttft_ms"].to_numpy(dtype=np.float64),
-        "output_tokens": reqs["output_tokens"].to_numpy(dtype=np.float64),
-    })
 
 
 def compare_run(run: SuiteRun, simulated: pd.DataFrame, measured: pd.DataFrame, peers: list[str]) -> pd.DataFrame:
@@ -170,6 +83,22 @@ def skip_reason(run: SuiteRun, suite: Suite) -> str | None:
     except UserError as err:
         return f"model does not load: {err}"
     return None
+
+
+def fit_runs(suite: Suite, ids: Sequence[str] | None = None) -> tuple[list[SuiteRun], list[tuple[str, str]]]:
+    """The runs to fit (those of ``ids``, or all) that can be compared, and (id, reason) for the rest."""
+    runs, skipped = [], []
+    for run in suite.select(ids):
+        reason = skip_reason(run, suite)
+        if reason is None:
+            runs.append(run)
+        else:
+            skipped.append((run.id, reason))
+    if not runs:
+        raise UserError(
+            f"no run of {suite.root} can be fitted: " + "; ".join(f"{i}: {w}" for i, w in skipped)
+        )
+    return runs, skipped
 
 
 # long: the loop over runs with its skip, timing and progress bookkeeping reads best in one place
@@ -294,8 +223,8 @@ def write_result(result: SuiteResult, out: Path, folder: str, overrides: Sequenc
     ]
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.suite", description=__doc__.splitlines()[0])
+def parse_args(argv: Sequence[str] | None, prog: str = "python -m distsim.calibrate validate") -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("folder", help="a folder with experiments.csv, workload_profiles.json, traces/, measured.csv")
     p.add_argument("overrides", nargs="*", help="config overrides on top of each run's settings (key=value)")
     p.add_argument("--out", required=True, help="output folder for suite.csv and suite.md")
@@ -303,15 +232,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_intermixed_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m distsim.calibrate validate") -> int:
+    args = parse_args(argv, prog)
     try:
         out = outputs.prepare_dir(args.out)
         suite = read_suite(args.folder)
         result = replay_suite(suite, args.overrides, parse_ids(args.runs), progress=lambda line: print(line, file=sys.stderr))
         write_result(result, out, args.folder, args.overrides)
     except UserError as err:
-        print(f"distsim: {err}", file=sys.stderr)
+        print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2
     print(medians_markdown(result))
     for run, reason in result.skipped:

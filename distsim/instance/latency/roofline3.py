@@ -55,8 +55,8 @@ Why each term, and the data that pins it:
   attention launches) and ``moe_layer_overhead_us`` per MoE layer (router, top-k, sort, align).
 - **Host**: vLLM's per-step CPU work, fitted on real runs with the GPU terms frozen.
 
-The coefficients are fitted by bounded linear least squares (``python -m distsim.fidelity.steps
-FOLDER --nnls``): every term is linear in 1/ce, h/ce, 1/ce_e, h_e/ce_e, 1/ae, 1/me, a_x/me and the
+The coefficients are fitted by bounded linear least squares (``python -m distsim.calibrate steps
+FOLDER --fit``): every term is linear in 1/ce, h/ce, 1/ce_e, h_e/ce_e, 1/ae, 1/me, a_x/me and the
 overheads once it is known which side of each max is larger, so the fit alternates that choice with a
 bounded least-squares solve (:meth:`Roofline3Latency.basis` gives the terms; tests check that they sum
 to :meth:`gpu_step_us`). Everything is folded into per-unit constants at construction: a step costs a
@@ -90,7 +90,7 @@ FP8_QUANT_BYTES_PER_ELEMENT = 5.26  # and its part per input element, as bytes a
 class Roofline3Coefficients:
     """The step model's coefficients: one set for every GPU, model and TP degree (docs/fidelity.md)."""
 
-    # GPU terms: python -m distsim.fidelity.steps ../shared/data/h100_steps cluster.latency.kind=roofline3 --nnls
+    # GPU terms: python -m distsim.calibrate steps ../shared/data/h100_steps --fit
     # (the step-only fit: every GPU term pinned by the engine-step tables, none moved by the runs)
     compute_efficiency: float = 0.7531
     gemm_half_tokens: float = 80.34
@@ -132,7 +132,7 @@ class Roofline3Coefficients:
 
 DEFAULTS = Roofline3Coefficients()
 SERVING_DEFAULTS = ServingSettings()
-# the step-only fit (python -m distsim.fidelity.steps ... --nnls) with the older roofline's host terms (the
+# the step-only fit (python -m distsim.calibrate steps ... --fit) with the older roofline's host terms (the
 # "step-only GPU terms" replay of scripts/fidelity_load_slope.py)
 STEP_FIT = replace(DEFAULTS, sequence_overhead_us=5.82, step_overhead_us=864.0)
 # name -> (low, high, low bound open)

@@ -1,6 +1,6 @@
-"""Replaying a suite's runs with candidate config values, in worker processes (the multi-run fit).
+"""Replaying runs with candidate config values, in worker processes (the serving fit).
 
-One evaluation of the fit replays every run in full; the runs are independent, so they go to a
+One evaluation of a fit replays every run in full (:mod:`distsim.fidelity.replay`, either kind of run); the runs are independent, so they go to a
 ``ProcessPoolExecutor``, the longest first (fewest idle workers at the end), and come back in run
 order. Each replay is deterministic (no ``hash()``, seeded draws), so the answers do not depend on the
 number of workers or on which worker ran which run. A worker keeps the composed config of every run it
@@ -21,9 +21,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from distsim.errors import UserError
-from distsim.fidelity.suite.data import SuiteRun
-from distsim.fidelity.suite.metrics import stage_metrics
-from distsim.fidelity.suite.replay import simulated_requests, suite_config
+from distsim.fidelity.metrics import stage_metrics
+from distsim.fidelity.replay import Run, replay_config, simulated_frame, stage_durations
 
 Values = tuple[tuple[str, float], ...]  # (config key, value), in the parameters' order
 
@@ -41,33 +40,33 @@ class Replay:
     warnings: tuple[str, ...] = ()
 
 
-# per process: (run id, overrides, keys) -> the run's config, its keys rewritten in place by every replay
-# (as distsim.fidelity.fit does: a copy costs a third of a small replay)
-_CONFIGS: dict[tuple[str, tuple[str, ...], tuple[str, ...]], DictConfig] = {}
+# per process: (run id, its file, overrides, keys) -> the run's config, its keys rewritten in place by every replay
+# (a copy costs a third of a small replay)
+_CONFIGS: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], DictConfig] = {}
 
 
-def _config(run: SuiteRun, overrides: tuple[str, ...], values: Values) -> DictConfig:
-    key = (run.id, overrides, tuple(name for name, _ in values))
+def _config(run: Run, overrides: tuple[str, ...], values: Values) -> DictConfig:
+    key = (run.id, str(getattr(run, "path", "")), overrides, tuple(name for name, _ in values))
     if key not in _CONFIGS:
-        _CONFIGS[key] = suite_config(run, overrides)
+        _CONFIGS[key] = replay_config(run, overrides)
     cfg = _CONFIGS[key]
     for name, value in values:
         OmegaConf.update(cfg, name, float(value), merge=False)
     return cfg
 
 
-def replay_run(run: SuiteRun, overrides: tuple[str, ...], values: Values) -> Replay:
+def replay_run(run: Run, overrides: tuple[str, ...], values: Values) -> Replay:
     """Replay ``run`` with the suite's settings, ``overrides`` and ``values`` on top; a user error (a
     value the config refuses) is a failed replay, not an exception, so one bad candidate costs one term."""
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            simulated = simulated_requests(run, _config(run, overrides, values))
+            simulated = simulated_frame(run, _config(run, overrides, values))
         except UserError as err:
             return Replay(run.id, None, 0, 0, time.perf_counter() - started, str(err))
     notes = tuple(dict.fromkeys(str(w.message) for w in caught))
-    metrics = stage_metrics(simulated, [s.duration_s for s in run.workload.stages])
+    metrics = stage_metrics(simulated, stage_durations(run))
     done = int(simulated["completed"].sum())
     return Replay(run.id, metrics, len(simulated), done, time.perf_counter() - started, None, notes)
 
@@ -80,7 +79,7 @@ class ReplayPool:
         self.workers = workers
         self.executor = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
 
-    def replay(self, runs: Sequence[SuiteRun], values: dict[str, float]) -> list[Replay]:
+    def replay(self, runs: Sequence[Run], values: dict[str, float]) -> list[Replay]:
         """Every run of ``runs`` with ``values``, in the order of ``runs``."""
         items: Values = tuple((k, float(v)) for k, v in values.items())
         if self.executor is None:
