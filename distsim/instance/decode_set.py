@@ -10,6 +10,9 @@ A decoder is never touched per step. With ``c`` the number of steps the instance
 
 So the set keeps the count, the sum of ``r`` (the batch's context at step ``c`` is ``sum_r + count * c``),
 the count per ``r % block_size`` (the blocks step ``s`` needs are one lookup) and a heap of finish steps.
+Live KV signals ask for the blocks a run has taken and for its next block boundary at every read that
+crosses one; the set answers both in O(1) from its prefix sums and bitmask of occupied phases, made
+again only when a decoder joins or leaves (between runs, never during one).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def ceil_div(a: int, b: int) -> int:
 class DecodeSet:
     """Count, summed context base, count per block-boundary phase and finish heap of the decoders."""
 
-    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap")
+    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap", "_sums", "_mask")
 
     def __init__(self, block_size: int):
         self.bs = block_size
@@ -43,6 +46,8 @@ class DecodeSet:
         self.phase_counts = [0] * block_size  # decoders by (prompt + decode_offset) % block_size
         # (finish step, request id, decode epoch, request); an entry whose epoch is not the request's is stale
         self.finish_heap: list[tuple[int, int, int, Request]] = []
+        self._sums: list[int] | None = None  # prefix sums of phase_counts (None: stale)
+        self._mask = 0  # bit p set iff phase_counts[p] (valid with _sums)
 
     def join(self, req: Request, step: int) -> None:
         """``req`` decodes from step ``step`` on, having generated ``req.generated`` tokens before it."""
@@ -53,6 +58,7 @@ class DecodeSet:
         self.count += 1
         self.ctx_base += r
         self.phase_counts[r % self.bs] += 1
+        self._sums = None
         seq.decode_epoch = epoch = seq.decode_epoch + 1
         heappush(self.finish_heap, (req.output_tokens - 1 - offset, req.request_id, epoch, req))
 
@@ -63,6 +69,7 @@ class DecodeSet:
         self.count -= 1
         self.ctx_base -= r
         self.phase_counts[r % self.bs] -= 1
+        self._sums = None
         seq.decode_epoch += 1
 
     def finished_by(self, last: int) -> list[Request]:
@@ -82,6 +89,20 @@ class DecodeSet:
         seq = req.seq
         return ceil_div(req.prompt_tokens + seq.decode_offset + step, self.bs) - seq.shared_blocks
 
+    def _phase_sums(self) -> list[int]:
+        """Prefix sums of the phase counts (and the occupied-phase mask), made again after a change."""
+        sums = [0]
+        mask = 0
+        total = 0
+        for p, n in enumerate(self.phase_counts):
+            total += n
+            sums.append(total)
+            if n:
+                mask |= 1 << p
+        self._sums = sums
+        self._mask = mask
+        return sums
+
     def block_need(self, c0: int, k: int) -> int:
         """Blocks the decoders need over steps c0 .. c0+k-1 (one per decoder per block boundary)."""
         bs = self.bs
@@ -89,25 +110,28 @@ class DecodeSet:
         need = full * self.count
         if rem:
             # step c0 + j needs counts[(1 - c0 - j) % bs]: rem phases counting down from (1 - c0) % bs
-            counts = self.phase_counts
+            sums = self._sums or self._phase_sums()
             top = (1 - c0) % bs
             low = top - rem + 1
             if low >= 0:
-                need += sum(counts[low : top + 1])
+                need += sums[top + 1] - sums[low]
             else:
-                need += sum(counts[: top + 1]) + sum(counts[bs + low :])
+                need += sums[top + 1] + sums[bs] - sums[bs + low]
         return need
 
     def next_need(self, c: int, limit: int) -> int:
         """How many of steps c .. c+limit-1 come before the first that needs a block (-1: none does)."""
-        counts = self.phase_counts
+        if self._sums is None:
+            self._phase_sums()
+        mask = self._mask
+        if not mask or limit <= 0:
+            return -1
         bs = self.bs
-        phase = (1 - c) % bs  # step c + j needs counts[(1 - c - j) % bs]
-        for j in range(limit if limit < bs else bs):  # the phases repeat every bs steps
-            if counts[phase]:
-                return j
-            phase = phase - 1 if phase else bs - 1
-        return -1
+        phase = (1 - c) % bs  # step c + j needs counts[(1 - c - j) % bs]: phases counting down from here
+        # rotate so that bit bs-1 is ``phase``, bit bs-2 the phase after it, ..., bit 0 phase + 1
+        rotated = ((mask << (bs - 1 - phase)) | (mask >> (phase + 1))) & ((1 << bs) - 1)
+        j = bs - rotated.bit_length()
+        return j if j < limit else -1
 
     def run_length(self, c: int, available: int) -> int:
         """How many decode-only steps can run from step ``c`` before anyone finishes or the ``available``

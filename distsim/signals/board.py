@@ -144,10 +144,15 @@ class SignalBoard:
         heap = self._run_heap
         tags = self._run_tag
         instances = self.instances
+        kv_run = self.kv_run
+        pop, push = heapq.heappop, heapq.heappush
         while heap and heap[0][0] < now:
-            _, slot, tag = heapq.heappop(heap)
-            if tags[slot] == tag:  # else the run ended
-                self._follow(instances[slot], slot, tag, now)
+            _, slot, tag = pop(heap)
+            if tags[slot] == tag:  # else the run ended; what _follow does, inlined (one call per boundary)
+                blocks, holds_until = instances[slot].run_blocks_at(now)
+                kv_run[slot] = blocks
+                if holds_until >= 0:
+                    push(heap, (holds_until, slot, tag))
 
     def _pull(self) -> None:
         """Read every instance's state (a scrape without pushes: a few fields per instance)."""
