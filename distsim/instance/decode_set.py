@@ -11,13 +11,14 @@ A decoder is never touched per step. With ``c`` the number of steps the instance
 So the set keeps the count, the sum of ``r`` (the batch's context at step ``c`` is ``sum_r + count * c``),
 the count per ``r % block_size`` (the blocks step ``s`` needs are one lookup) and a heap of finish steps.
 Live KV signals ask for the blocks a run has taken and for its next block boundary at every read that
-crosses one; the set answers both in O(1) from its prefix sums and bitmask of occupied phases, made
+crosses one; the set answers both in O(1) from its prefix sums and the occupied phases, made
 again only when a decoder joins or leaves (between runs, never during one).
 """
 
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,7 +38,7 @@ def ceil_div(a: int, b: int) -> int:
 class DecodeSet:
     """Count, summed context base, count per block-boundary phase and finish heap of the decoders."""
 
-    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap", "_sums", "_mask")
+    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap", "_sums", "_occupied")
 
     def __init__(self, block_size: int):
         self.bs = block_size
@@ -47,7 +48,7 @@ class DecodeSet:
         # (finish step, request id, decode epoch, request); an entry whose epoch is not the request's is stale
         self.finish_heap: list[tuple[int, int, int, Request]] = []
         self._sums: list[int] | None = None  # prefix sums of phase_counts (None: stale)
-        self._mask = 0  # bit p set iff phase_counts[p] (valid with _sums)
+        self._occupied = b""  # byte p is 1 iff phase_counts[p] (valid with _sums)
 
     def join(self, req: Request, step: int) -> None:
         """``req`` decodes from step ``step`` on, having generated ``req.generated`` tokens before it."""
@@ -90,17 +91,10 @@ class DecodeSet:
         return ceil_div(req.prompt_tokens + seq.decode_offset + step, self.bs) - seq.shared_blocks
 
     def _phase_sums(self) -> list[int]:
-        """Prefix sums of the phase counts (and the occupied-phase mask), made again after a change."""
-        sums = [0]
-        mask = 0
-        total = 0
-        for p, n in enumerate(self.phase_counts):
-            total += n
-            sums.append(total)
-            if n:
-                mask |= 1 << p
-        self._sums = sums
-        self._mask = mask
+        """Prefix sums of the phase counts (and which phases are occupied), made again after a change."""
+        counts = self.phase_counts
+        self._occupied = bytes(map(bool, counts))
+        self._sums = sums = list(accumulate(counts, initial=0))
         return sums
 
     def block_need(self, c0: int, k: int) -> int:
@@ -123,14 +117,16 @@ class DecodeSet:
         """How many of steps c .. c+limit-1 come before the first that needs a block (-1: none does)."""
         if self._sums is None:
             self._phase_sums()
-        mask = self._mask
-        if not mask or limit <= 0:
-            return -1
-        bs = self.bs
-        phase = (1 - c) % bs  # step c + j needs counts[(1 - c - j) % bs]: phases counting down from here
-        # rotate so that bit bs-1 is ``phase``, bit bs-2 the phase after it, ..., bit 0 phase + 1
-        rotated = ((mask << (bs - 1 - phase)) | (mask >> (phase + 1))) & ((1 << bs) - 1)
-        j = bs - rotated.bit_length()
+        occupied = self._occupied
+        phase = (1 - c) % self.bs  # step c + j needs counts[(1 - c - j) % bs]: phases counting down from here
+        found = occupied.rfind(1, 0, phase + 1)
+        if found >= 0:
+            j = phase - found
+        else:  # past phase 0 the count-down wraps to bs - 1
+            found = occupied.rfind(1)
+            if found < 0:
+                return -1
+            j = phase + self.bs - found
         return j if j < limit else -1
 
     def run_length(self, c: int, available: int) -> int:

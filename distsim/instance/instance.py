@@ -480,7 +480,9 @@ class Instance(Scheduler):
         ends = plan.ends_us
         last = plan.steps - 1
         # plan.steps_started_after_first(now), inlined: every read that crosses a block boundary asks
-        started = 0 if ends is None or last <= 0 else min(bisect_left(ends, now), last)
+        started = 0 if ends is None or last <= 0 else bisect_left(ends, now)
+        if started > last:
+            started = last
         dec = self.decoders
         first = plan.start + 1
         ahead = dec.next_need(first + started, last - started)
