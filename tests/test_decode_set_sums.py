@@ -1,4 +1,4 @@
-"""The decode set's O(1) block answers (prefix sums, occupied-phase mask) equal stepping phase by phase."""
+"""The decode set's O(1) block answers (a bytes search over the occupied phases) equal stepping phase by phase."""
 
 import random
 
@@ -21,7 +21,7 @@ def test_block_need_and_next_need_match_the_step_by_step_sums():
             counts = [rng.choice((0, 0, 0, 1, 2)) for _ in range(bs)]
             dec.phase_counts[:] = counts
             dec.count = sum(counts)
-            dec._sums = None  # what join and leave do
+            dec._occupied = None  # what join and leave do
             for _ in range(20):
                 c, k = rng.randrange(0, 100), rng.randrange(0, 3 * bs + 2)
                 assert dec.block_need(c, k) == _need(counts, bs, c, k)

@@ -10,15 +10,13 @@ A decoder is never touched per step. With ``c`` the number of steps the instance
 
 So the set keeps the count, the sum of ``r`` (the batch's context at step ``c`` is ``sum_r + count * c``),
 the count per ``r % block_size`` (the blocks step ``s`` needs are one lookup) and a heap of finish steps.
-Live KV signals ask for the blocks a run has taken and for its next block boundary at every read that
-crosses one; the set answers both in O(1) from its prefix sums and the occupied phases, made
-again only when a decoder joins or leaves (between runs, never during one).
+Live KV signals ask for a run's next block boundary at every read that crosses one; the set answers
+with one bytes search over the occupied phases, made again only when a decoder joins or leaves.
 """
 
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,7 +36,7 @@ def ceil_div(a: int, b: int) -> int:
 class DecodeSet:
     """Count, summed context base, count per block-boundary phase and finish heap of the decoders."""
 
-    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap", "_sums", "_occupied")
+    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap", "_occupied")
 
     def __init__(self, block_size: int):
         self.bs = block_size
@@ -47,8 +45,7 @@ class DecodeSet:
         self.phase_counts = [0] * block_size  # decoders by (prompt + decode_offset) % block_size
         # (finish step, request id, decode epoch, request); an entry whose epoch is not the request's is stale
         self.finish_heap: list[tuple[int, int, int, Request]] = []
-        self._sums: list[int] | None = None  # prefix sums of phase_counts (None: stale)
-        self._occupied = b""  # byte p is 1 iff phase_counts[p] (valid with _sums)
+        self._occupied: bytes | None = None  # byte p is 1 iff phase_counts[p] (None: stale)
 
     def join(self, req: Request, step: int) -> None:
         """``req`` decodes from step ``step`` on, having generated ``req.generated`` tokens before it."""
@@ -59,7 +56,7 @@ class DecodeSet:
         self.count += 1
         self.ctx_base += r
         self.phase_counts[r % self.bs] += 1
-        self._sums = None
+        self._occupied = None
         seq.decode_epoch = epoch = seq.decode_epoch + 1
         heappush(self.finish_heap, (req.output_tokens - 1 - offset, req.request_id, epoch, req))
 
@@ -70,7 +67,7 @@ class DecodeSet:
         self.count -= 1
         self.ctx_base -= r
         self.phase_counts[r % self.bs] -= 1
-        self._sums = None
+        self._occupied = None
         seq.decode_epoch += 1
 
     def finished_by(self, last: int) -> list[Request]:
@@ -90,13 +87,6 @@ class DecodeSet:
         seq = req.seq
         return ceil_div(req.prompt_tokens + seq.decode_offset + step, self.bs) - seq.shared_blocks
 
-    def _phase_sums(self) -> list[int]:
-        """Prefix sums of the phase counts (and which phases are occupied), made again after a change."""
-        counts = self.phase_counts
-        self._occupied = bytes(map(bool, counts))
-        self._sums = sums = list(accumulate(counts, initial=0))
-        return sums
-
     def block_need(self, c0: int, k: int) -> int:
         """Blocks the decoders need over steps c0 .. c0+k-1 (one per decoder per block boundary)."""
         bs = self.bs
@@ -104,20 +94,20 @@ class DecodeSet:
         need = full * self.count
         if rem:
             # step c0 + j needs counts[(1 - c0 - j) % bs]: rem phases counting down from (1 - c0) % bs
-            sums = self._sums or self._phase_sums()
+            counts = self.phase_counts
             top = (1 - c0) % bs
             low = top - rem + 1
             if low >= 0:
-                need += sums[top + 1] - sums[low]
+                need += sum(counts[low : top + 1])
             else:
-                need += sums[top + 1] + sums[bs] - sums[bs + low]
+                need += sum(counts[: top + 1]) + sum(counts[bs + low :])
         return need
 
     def next_need(self, c: int, limit: int) -> int:
         """How many of steps c .. c+limit-1 come before the first that needs a block (-1: none does)."""
-        if self._sums is None:
-            self._phase_sums()
         occupied = self._occupied
+        if occupied is None:  # made again after a join or leave (between runs, never during one)
+            self._occupied = occupied = bytes(map(bool, self.phase_counts))
         phase = (1 - c) % self.bs  # step c + j needs counts[(1 - c - j) % bs]: phases counting down from here
         found = occupied.rfind(1, 0, phase + 1)
         if found >= 0:
