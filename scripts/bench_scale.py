@@ -11,7 +11,7 @@ by wrapping the router's prefix index, the CPU seconds of its ``record`` and ``m
     python scripts/bench_scale.py headline                 # 1,000 instances, 1,000,000 requests: round_robin vs weighted, 10,000 and 2,000 req/s
     python scripts/bench_scale.py headline --rates 2       # only the 2,000 req/s row
     python scripts/bench_scale.py policies                 # every conf/policy at 1,000 instances, 100,000 requests
-    python scripts/bench_scale.py policies --only weighted # round_robin and the policies named
+    python scripts/bench_scale.py policies --only weighted # round_robin and the policies named (--rates 10,2: both loads)
     python scripts/bench_scale.py decisions                # us per routing decision by policy and fleet size
     python scripts/bench_scale.py all --record             # all three, appended to scripts/results/bench_scale.txt
     python scripts/bench_scale.py memory                   # bytes per instance, request, cached block; RSS by phase
@@ -173,13 +173,16 @@ def headline(requests: int, rates: tuple[float, ...] = (10.0, 2.0)) -> list[str]
     return lines
 
 
-def policies(requests: int, only: str = "") -> list[str]:
+def policies(requests: int, only: str = "", rates: tuple[float, ...] = (10.0,)) -> list[str]:
     names = sorted(p.stem for p in (ROOT / "conf" / "policy").glob("*.yaml") if p.stem != "round_robin")
     if only:
         names = [name for name in names if name in only.split(",")]
     which = "policies" if only else "every policy"
-    title = f"{which}, 1,000 instances, {requests:,} requests, fresh signals (whole process)"
-    return policy_table(title, ["round_robin", *names], requests)
+    lines: list[str] = []
+    for rate in rates:
+        title = f"{which}, 1,000 instances, {requests:,} requests at {rate * 1000:,.0f} req/s, fresh signals (whole process)"
+        lines += policy_table(title, ["round_robin", *names], requests, rate)
+    return lines
 
 
 def decisions(requests: int) -> list[str]:
@@ -198,7 +201,7 @@ def main() -> None:
     ap.add_argument("what", nargs="?", choices=["headline", "policies", "decisions", "memory", "all"], default="all")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--headline-requests", type=int, default=1_000_000)
-    ap.add_argument("--rates", default="10,2", help="headline: requests per second per instance, comma-separated")
+    ap.add_argument("--rates", default="10,2", help="headline and policies: requests per second per instance, comma-separated")
     ap.add_argument("--policy-requests", type=int, default=100_000)
     ap.add_argument("--decision-requests", type=int, default=20_000)
     ap.add_argument("--only", default="", help="policies: these (comma-separated) beside round_robin")
@@ -211,11 +214,12 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
+    rates = tuple(float(r) for r in args.rates.split(","))
     lines = [f"# {datetime.date.today()} {platform.machine()} python {platform.python_version()} {args.note}".rstrip()]
     if args.what in ("headline", "all"):
-        lines += headline(args.headline_requests, tuple(float(r) for r in args.rates.split(","))) + [""]
+        lines += headline(args.headline_requests, rates) + [""]
     if args.what in ("policies", "all"):
-        lines += policies(args.policy_requests, args.only) + [""]
+        lines += policies(args.policy_requests, args.only, rates) + [""]
     if args.what in ("decisions", "all"):
         lines += decisions(args.decision_requests) + [""]
     if args.what == "memory":
