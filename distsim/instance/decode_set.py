@@ -119,6 +119,11 @@ class DecodeSet:
             j = phase + self.bs - found
         return j if j < limit else -1
 
+    def taken_and_next(self, first: int, started: int, last: int) -> tuple[int, int]:
+        """``block_need(first, started)`` and ``next_need(first + started, last - started)`` in one call
+        (a live KV read asks both for every run whose value it brings up to date)."""
+        return (self.block_need(first, started) if started else 0), self.next_need(first + started, last - started)
+
     def run_length(self, c: int, available: int) -> int:
         """How many decode-only steps can run from step ``c`` before anyone finishes or the ``available``
         blocks run out: up to and including the earliest finish, as far as the blocks reach."""

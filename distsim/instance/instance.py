@@ -483,10 +483,8 @@ class Instance(Scheduler):
         started = 0 if ends is None or last <= 0 else bisect_left(ends, now)
         if started > last:
             started = last
-        dec = self.decoders
-        first = plan.start + 1
-        ahead = dec.next_need(first + started, last - started)
-        return (dec.block_need(first, started) if started else 0), (ends[started + ahead] if ahead >= 0 else -1)
+        taken, ahead = self.decoders.taken_and_next(plan.start + 1, started, last)
+        return taken, (ends[started + ahead] if ahead >= 0 else -1)
 
     # ------------------------------------------------------------------ end of simulation
     def settle(self, horizon: int) -> None:
