@@ -209,4 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from distsim import command
+
+    command.run("distsim.calibrate", main)  # a full or closed stdout, and Ctrl-C, as one line

@@ -15,10 +15,16 @@ functions, in this process only:
   ``PROG: MESSAGE`` and exits 2 (anything else goes on to Hydra's own report).
 
 ``HYDRA_FULL_ERROR=1`` keeps Hydra's own reports of composition errors, with their stack.
+
+Hydra 1.3 offers no hook for these steps (its callbacks run after the config is composed and saved, and
+none sees how an error is reported), so :func:`install` is the one function that replaces Hydra's internals
+(with distsim.config.compose.skip_hydra_mode_compose, which spares a compose): :data:`SEAMS` names each,
+and tests/test_hydra_seams.py checks them against the Hydra version installed (``hydra-core>=1.3,<1.4``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -45,6 +51,7 @@ def _compose_reporting_the_key(original: Callable[P, R]) -> Callable[P, R]:
     from distsim.config.compose import composition_error
     from distsim.config.known_keys import check_known_keys
 
+    @functools.wraps(original)  # its signature stays Hydra's (tests/test_hydra_seams.py)
     def compose_config(*args: P.args, **kwargs: P.kwargs) -> R:  # a method: the Hydra object comes first
         try:
             cfg = original(*args, **kwargs)
@@ -59,6 +66,7 @@ def _compose_reporting_the_key(original: Callable[P, R]) -> Callable[P, R]:
 
 
 def _save_naming_the_file(original: SaveConfig) -> SaveConfig:
+    @functools.wraps(original)
     def save_config(cfg: object, filename: str, output_dir: Path) -> None:
         try:
             original(cfg, filename, output_dir)
@@ -72,6 +80,7 @@ def _save_naming_the_file(original: SaveConfig) -> SaveConfig:
 
 
 def _report_user_errors(original: Callable[[Task], object], prog: str) -> Callable[[Task], object]:
+    @functools.wraps(original)
     def run_and_report(func: Task) -> object:
         def guarded() -> object:
             try:
@@ -83,6 +92,15 @@ def _report_user_errors(original: Callable[[Task], object], prog: str) -> Callab
         return original(guarded)
 
     return run_and_report
+
+
+# (module, attribute) of each Hydra internal that distsim replaces, in this process only
+SEAMS = (
+    ("hydra._internal.hydra", "Hydra.compose_config"),  # install: a composition error as one ConfigError
+    ("hydra.core.utils", "_save_config"),  # install: .hydra/ not written as one OutputError
+    ("hydra._internal.utils", "run_and_report"),  # install: a UserError as one line, exit 2
+    ("hydra._internal.hydra", "Hydra.get_mode"),  # distsim.config.compose.skip_hydra_mode_compose
+)
 
 
 def install(prog: str) -> None:

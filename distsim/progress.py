@@ -68,7 +68,8 @@ def expected_end_us(workload: Iterable[Request], horizon_us: int | None) -> int 
     return min(known) if known else None
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """Seconds as ``m:ss``, or ``h:mm:ss`` from an hour on (the progress lines' elapsed and ETA)."""
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
@@ -155,11 +156,11 @@ class ProgressLine:
         rate = (events - last_events) / span if span > 0 and not final else events / max(elapsed, 1e-9)
         requests = f"{done:,}/{self.total:,}" if self.total else f"{done:,}"
         if final:
-            tail = f"done in {_clock(elapsed)}"
+            tail = f"done in {clock(elapsed)}"
         else:
             share = self.fraction(now_us, done)
-            eta = _clock(elapsed * (1.0 - share) / share) if share else "?"
-            tail = f"elapsed {_clock(elapsed)}  ETA {eta}"
+            eta = clock(elapsed * (1.0 - share) / share) if share else "?"
+            tail = f"elapsed {clock(elapsed)}  ETA {eta}"
         return (
             f"distsim: simulated {now_us / 1e6:,.1f} s  requests {requests}  "
             f"{_rate(rate)} events/s  {tail}"

@@ -18,7 +18,7 @@ A world is generic in what it is built of, which the metrics read in depth: its 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from distsim.request import Request
 
@@ -103,6 +103,41 @@ class Replica(SignalSource, Protocol):
     def settle(self, horizon_us: int, /) -> None: ...
 
     def check_invariants(self) -> None: ...
+
+
+class RuntimeBatch(Protocol):
+    """One batch a batching runtime ran (distsim.runtime.batcher.Batch), as the timeline draws it."""
+
+    @property
+    def requests(self) -> tuple[Request, ...]: ...
+
+    @property
+    def items(self) -> int: ...
+
+    @property
+    def size(self) -> float: ...
+
+    @property
+    def start_us(self) -> int: ...
+
+    @property
+    def end_us(self) -> int: ...
+
+    @property
+    def full(self) -> bool: ...
+
+
+class BatchingReplica(Protocol):
+    """A batching runtime's replica (distsim.runtime.replica.RuntimeReplica) as a measurement window and the
+    timeline read it: its number, the batches it ran, its pool, its busy time."""
+
+    index: int
+    batches: list[RuntimeBatch]
+    pool: Any  # its distsim.runtime pool spec: name, hardware
+    serves: str
+    stats: Any  # RuntimeStats: busy_us
+
+    def busy_ended_us(self) -> int: ...
 
 
 class RecordSink(Protocol):

@@ -383,4 +383,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from distsim import command
+
+    command.run("distsim.report", main)  # a full or closed stdout, and Ctrl-C, as one line

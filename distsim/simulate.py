@@ -10,6 +10,7 @@ import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distsim import outputs
@@ -27,6 +28,8 @@ from distsim.world import build
 if TYPE_CHECKING:
     import pandas as pd
     from omegaconf import DictConfig
+
+    from distsim.probe import RunProbe
 
 
 @dataclass
@@ -62,9 +65,14 @@ class SimulationResult:
 
         Each file is written atomically (distsim.outputs) and summary.json last, after removing an earlier
         run's, so a complete summary.json means a complete run. Files an earlier run left there that this
-        one does not write are removed, so the directory never mixes two runs. Raises OutputError.
+        one does not write are removed, so the directory never mixes two runs; a write that fails or is
+        interrupted removes the files this one wrote before it (outputs.all_or_none). Raises OutputError.
         """
         out = outputs.prepare_dir(out_dir)
+        with outputs.all_or_none():
+            self._write(out, write_requests)
+
+    def _write(self, out: Path, write_requests: bool) -> None:
         skipped = [] if write_requests else ["requests.parquet"]
         skipped += [] if self.decisions is not None else ["decisions.parquet"]
         skipped += [] if self.cells is not None else ["cells.parquet"]
@@ -93,7 +101,8 @@ def summary_json(summary: dict[str, Any]) -> str:
 
 
 def simulate(
-    cfg: DictConfig, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False
+    cfg: DictConfig, requests: Iterable[Request] | None = None, *, progress: bool | ProgressSettings = False,
+    probe: RunProbe | None = None,
 ) -> SimulationResult:
     """Run the simulation that ``cfg`` (a composed config, see load_config) describes.
 
@@ -101,16 +110,18 @@ def simulate(
     The whole config is resolved and checked (distsim.resolve.resolve) before anything is
     built, so a mistake anywhere stops before the first event. ``progress``: draw a progress line on
     stderr while the events run (distsim.progress; ``python -m distsim`` sets it from sim.progress).
+    ``probe``: told of each phase, built, ran and measured (distsim.probe).
     """
     started = (time.perf_counter(), time.process_time())
-    return run(resolve(cfg, requests), started=started, progress=progress)
+    return run(resolve(cfg, requests), started=started, progress=progress, probe=probe)
 
 
 def run(
-    scenario: Scenario, *, started: tuple[float, float] | None = None, progress: bool | ProgressSettings = False
+    scenario: Scenario, *, started: tuple[float, float] | None = None, progress: bool | ProgressSettings = False,
+    probe: RunProbe | None = None,
 ) -> SimulationResult:
     """Build the world from a resolved scenario, simulate it, and measure. ``started``: the wall and
-    CPU clocks when the caller began (perf.json then includes resolving); ``progress``: as simulate's."""
+    CPU clocks when the caller began (perf.json then includes resolving); ``progress``, ``probe``: as simulate's."""
     wall0, cpu0 = started or (time.perf_counter(), time.process_time())
     sim = scenario.sim
     workload = scenario.workload  # a list the caller gave, or a configured source (a trace's: rows read, skipped)
@@ -118,6 +129,8 @@ def run(
     loop = EventLoop(sim.horizon_us)
     parts = build(scenario, loop)  # the world, with the features the config names (distsim.world)
     world, recorder = parts.world, parts.recorder
+    if probe is not None:
+        probe.built(world, loop, recorder)
     world.feed(scenario.workload)
     with _progress_line(progress, scenario, loop, recorder):
         # a feature may run the loop its own way (a measurement window pauses at its edges)
@@ -126,6 +139,8 @@ def run(
             end_us = loop.run()
     world.finish(sim.horizon_us)
     world.warn_refusals()
+    if probe is not None:
+        probe.ran(world, loop, recorder)
     m = measure(parts, loop, end_us)
     summary = m.summary
     if workload_summary is not None:
@@ -136,7 +151,10 @@ def run(
     for feature in parts.features.values():
         extra.update(feature.outputs(m))
     perf = perf_figures(wall0, cpu0, loop.events, len(m.table))
-    return SimulationResult(summary, m.table, m.instances, perf, world.decision_table(), **extra)
+    result = SimulationResult(summary, m.table, m.instances, perf, world.decision_table(), **extra)
+    if probe is not None:
+        probe.measured(result)
+    return result
 
 
 def _progress_line(

@@ -13,40 +13,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-
-from omegaconf import DictConfig
 
 from distsim import outputs
 from distsim.errors import UserError
-from distsim.fidelity.metrics import MetricComparison, compare, comparison_json
-from distsim.fidelity.readers import read_run
-from distsim.fidelity.replay import replay, replay_config
-from distsim.fidelity.run import MeasuredRun
 from distsim.fidelity.table import format_comparison
-from distsim.simulate import SimulationResult
-
-
-@dataclass
-class Validation:
-    run: MeasuredRun
-    config: DictConfig
-    result: SimulationResult
-    comparison: dict[str, MetricComparison]
-
-    def to_json(self) -> dict:
-        return comparison_json(self.comparison)
-
-
-def validate(run: str | Path | MeasuredRun, overrides: Sequence[str] = ()) -> Validation:
-    """Replay ``run`` (a path or a read run) and compare measured with simulated latencies."""
-    if not isinstance(run, MeasuredRun):
-        run = read_run(run)
-    cfg = replay_config(run, overrides)
-    result = replay(run, cfg)
-    done = result.requests[result.requests["status"] == "completed"]
-    return Validation(run, cfg, result, compare(run.requests, done))
+from distsim.fidelity.validation import Validation, validate
 
 
 def write_validation(v: Validation, out_dir: str | Path, plots: bool = True) -> list[Path]:
@@ -103,4 +75,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from distsim import command
+
+    command.run("distsim.validate", main)  # a full or closed stdout, and Ctrl-C, as one line

@@ -56,45 +56,46 @@ def rss_gb() -> tuple[float, float]:
     return round(now / 2**20, 2), round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
 
 
-def instrument(clock: dict, t0: tuple[float, float]) -> None:
-    """Time the fleet's build and note where the simulation ends and the tables begin (wrapping
-    distsim.cells.build.build_fleet and distsim.simulate.measure, both looked up at call time)."""
-    import importlib
+class Clock:
+    """A probe (distsim.probe; duck-typed, so distsim is imported after the clocks start) that times the
+    fleet's build (from the resolved scenario) and notes where the simulation ends and the tables begin."""
 
-    cells_build = importlib.import_module("distsim.cells.build")
-    simulate_module = importlib.import_module("distsim.simulate")  # the package's ``simulate`` is the function
+    def __init__(self, t0: tuple[float, float]):
+        self.t0, self.figures = t0, {}
 
-    build_fleet, measure = cells_build.build_fleet, simulate_module.measure
+    def start(self) -> None:
+        """The scenario is resolved: the build begins."""
+        self.w, self.c = time.perf_counter(), time.process_time()
 
-    def timed_build(*args, **kwargs):
-        w, c = time.perf_counter(), time.process_time()
-        fleet = build_fleet(*args, **kwargs)
-        clock["build_wall_s"] = round(time.perf_counter() - w, 2)
-        clock["build_cpu_s"] = round(time.process_time() - c, 2)
-        return fleet
+    def built(self, world, loop, recorder) -> None:
+        self.figures["build_wall_s"] = round(time.perf_counter() - self.w, 2)
+        self.figures["build_cpu_s"] = round(time.process_time() - self.c, 2)
 
-    def timed_measure(parts, loop, *rest):
-        clock["sim_wall_s"] = round(time.perf_counter() - t0[0], 1)  # compose, resolve, build and the events
-        clock["sim_cpu_s"] = round(time.process_time() - t0[1], 1)
-        clock["events"] = loop.events
-        clock["sim_rss_gb"], _ = rss_gb()
-        return measure(parts, loop, *rest)
+    def ran(self, world, loop, recorder) -> None:
+        self.figures["sim_wall_s"] = round(time.perf_counter() - self.t0[0], 1)  # compose, resolve, build, events
+        self.figures["sim_cpu_s"] = round(time.process_time() - self.t0[1], 1)
+        self.figures["events"] = loop.events
+        self.figures["sim_rss_gb"], _ = rss_gb()
 
-    cells_build.build_fleet = timed_build
-    simulate_module.measure = timed_measure
+    def measured(self, result) -> None:
+        """Nothing: the figures of the result are read by bench()."""
 
 
 def bench(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter(), time.process_time()
-    from distsim import load_config, simulate
+    from distsim import load_config
+    from distsim.resolve import resolve
+    from distsim.simulate import run
 
-    clock: dict = {}
-    instrument(clock, t0)
+    probe = Clock(t0)
+    clock = probe.figures
     cfg = load_config(overrides(args.cells, args.per_cell, args.requests, args.rate_per_instance, args.policy, args.prefix_share))
     head = {"instances": args.cells * args.per_cell, "cells": args.cells, "requests": args.requests,
             "prefix_share": "default" if args.prefix_share is None else args.prefix_share}
     try:
-        result = simulate(cfg)
+        scenario = resolve(cfg)
+        probe.start()
+        result = run(scenario, started=t0, probe=probe)
     except MemoryError as err:  # the simulation's figures still say how far it got
         return {**head, **clock, "peak_rss_gb": rss_gb()[1], "failed": f"MemoryError after the simulation: {err}"}
     wall, cpu = time.perf_counter() - t0[0], time.process_time() - t0[1]

@@ -17,7 +17,6 @@ each cell, 4 requests per second per instance, shared prompts on), both with sim
 from __future__ import annotations
 
 import gc
-import importlib
 import resource
 import sys
 import threading
@@ -56,22 +55,34 @@ def child(spec: dict) -> dict:
     return run_by_phase(spec["overrides"])
 
 
+class _Built(Exception):
+    """Raised by the probe once the world is built: the run goes no further."""
+
+
 def _built_heap(overrides: list[str]) -> int:
-    """Bytes the Python heap grows by while the world of ``overrides`` is built (nothing run)."""
+    """Bytes the Python heap grows by while the world of ``overrides`` is built (nothing run); what the run
+    makes before the world (the loop, the recorder) is the same for any fleet, so a difference cancels it."""
     from distsim import load_config
-    from distsim.events.loop import EventLoop
+    from distsim.probe import RunProbe
     from distsim.resolve import resolve
-    from distsim.world import build
+    from distsim.simulate import run
+
+    grown: list[int] = []
+
+    class Weigh(RunProbe):
+        def built(self, world, loop, recorder) -> None:
+            gc.collect()
+            grown.append(tracemalloc.get_traced_memory()[0] - before)
+            raise _Built
 
     scenario = resolve(load_config(overrides))
-    loop = EventLoop(scenario.sim.horizon_us)
     gc.collect()
     before = tracemalloc.get_traced_memory()[0]
-    world = build(scenario, loop, only=("autoscale", "cells", "types"))  # the world and its recorder, no timeline
-    gc.collect()
-    grown = tracemalloc.get_traced_memory()[0] - before
-    del world
-    return grown
+    try:
+        run(scenario, probe=Weigh())
+    except _Built:
+        pass
+    return grown[0]
 
 
 def idle_bytes(small: list[str], large: list[str], instances: int) -> dict:
@@ -143,9 +154,8 @@ def run_by_phase(overrides: list[str]) -> dict:  # long: one run, instrumented p
     """The run of ``overrides`` with its resident memory sampled by phase, and the caches and the recorder
     measured at the end of the events."""
     from distsim import load_config, simulate
-    from distsim.events.loop import EventLoop
+    from distsim.probe import RunProbe
 
-    simulate_module = importlib.import_module("distsim.simulate")
     phase, peaks, out = ["build"], {}, {}
 
     def sample() -> None:
@@ -153,25 +163,20 @@ def run_by_phase(overrides: list[str]) -> dict:  # long: one run, instrumented p
             peaks[phase[0]] = max(peaks.get(phase[0], 0.0), _rss_mb())
             time.sleep(0.05)
 
+    class Phases(RunProbe):
+        def built(self, world, loop, recorder) -> None:
+            phase[0] = "events"
+
+        def ran(self, world, loop, recorder) -> None:
+            phase[0] = "measure"
+            out["cache_bytes"], out["cached_blocks"], out["nodes"] = cache_bytes(world.instances)
+            out["recorded"] = len(recorder) if hasattr(type(recorder), "__len__") else len(recorder.records)
+            out["recorder_bytes"] = recorder_bytes(recorder)
+            out["rss_end_of_events_mb"] = round(_rss_mb())
+
     threading.Thread(target=sample, daemon=True).start()
-    run, measure = EventLoop.run, simulate_module.measure
-
-    def events(loop, *args, **kwargs):
-        phase[0] = "events"
-        return run(loop, *args, **kwargs)
-
-    def measured(parts, *args, **kwargs):
-        phase[0] = "measure"
-        world, recorder = parts.world, parts.recorder
-        out["cache_bytes"], out["cached_blocks"], out["nodes"] = cache_bytes(world.instances)
-        out["recorded"] = len(recorder) if hasattr(type(recorder), "__len__") else len(recorder.records)
-        out["recorder_bytes"] = recorder_bytes(recorder)
-        out["rss_end_of_events_mb"] = round(_rss_mb())
-        return measure(parts, *args, **kwargs)
-
-    EventLoop.run, simulate_module.measure = events, measured
     t0 = time.process_time()
-    result = simulate(load_config(overrides))
+    result = simulate(load_config(overrides), probe=Phases())
     phase[0] = "end"
     time.sleep(0.1)
     out.update({f"rss_{k}_mb": round(v) for k, v in peaks.items() if k != "end"})

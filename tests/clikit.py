@@ -16,6 +16,13 @@ def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: float = 120) 
     )
 
 
+def patched(patch: str, module: str, *args: str) -> list[str]:
+    """The command line of ``python -m MODULE ARGS`` with ``patch`` run first in the same process."""
+    code = f"{patch}\nimport runpy, sys\nsys.argv = [{module!r}, *{list(args)!r}]\n"
+    code += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+    return [sys.executable, "-c", code]
+
+
 def assert_user_error(proc: subprocess.CompletedProcess, status: int, *needles: str) -> str:
     """The command failed with ``status``, printed no traceback, and its error line names every needle.
 

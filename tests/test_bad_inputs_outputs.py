@@ -15,13 +15,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from clikit import ROOT, assert_user_error, run_module
+from clikit import ROOT, assert_user_error, patched, run_module
 from raykit import local_ray
 
 from distsim import load_config, outputs, simulate
@@ -63,13 +62,6 @@ def _full(path, write):
     return _write_file(path, write)
 _o.write_file = _full
 """
-
-
-def patched(patch: str, module: str, *args: str) -> list[str]:
-    """The command line of ``python -m MODULE ARGS`` with ``patch`` run first in the same process."""
-    code = f"{patch}\nimport runpy, sys\nsys.argv = [{module!r}, *{list(args)!r}]\n"
-    code += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
-    return [sys.executable, "-c", code]
 
 
 def run_patched(patch: str, module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from stepkit import FIXTURE
 
 from distsim.catalog import load_model
 from distsim.errors import InputFileError, UserError
@@ -22,7 +23,6 @@ from distsim.fidelity.steps.data import cut_layers, read_steps, step_class
 from distsim.fidelity.steps.fit import fit_steps, row_weights
 from distsim.instance.latency import roofline
 
-FIXTURE = Path(__file__).parent / "fixtures" / "fidelity_steps"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_steps"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from stepkit import FIXTURE, SETTINGS
 
 from distsim.fidelity.steps import cli as steps_cli
 from distsim.fidelity.steps.compare import latency_settings, simulate
@@ -17,9 +18,7 @@ from distsim.fidelity.steps.data import read_steps
 from distsim.fidelity.steps.nnls import fit_basis, group_weights, lomo, values_of
 from distsim.instance.latency.roofline3 import DEFAULTS
 
-FIXTURE = Path(__file__).parent / "fixtures" / "fidelity_steps"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h100_steps"
-SETTINGS = ["cluster.latency.kind=roofline3"]
 
 
 def synthetic(tables, truth):

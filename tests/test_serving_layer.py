@@ -148,12 +148,13 @@ def test_the_sampling_path_picks_its_measured_terms_unless_they_are_set():
 
     ctx = LatencyContext(LLAMA, H100, 1)
     built = lambda **node: build_latency_model(OmegaConf.create({"kind": "roofline3", **node}), ctx)  # noqa: E731
-    assert built().coefficients.sampler_call_us == SAMPLERS["temperature"][0] == DEFAULTS.sampler_call_us
+    temperature = built(serving={"sampler": "temperature"})
+    assert temperature.coefficients.sampler_call_us == SAMPLERS["temperature"][0] == DEFAULTS.sampler_call_us
     top = built(serving={"sampler": "top_k_top_p"}).coefficients
     assert (top.sampler_call_us, top.sampler_bytes_per_logit, top.sampler_extra_rows) == SAMPLERS["top_k_top_p"]
     assert built(serving={"sampler": "greedy"}, sampler_call_us=1.0).coefficients.sampler_call_us == 1.0
     sort = built(serving={"sampler": "top_k_top_p"}).breakdown(decode(16))["sampler_us"]
-    assert sort > 4 * built().breakdown(decode(16))["sampler_us"]  # a sort of every row of 128k logits
+    assert sort > 4 * temperature.breakdown(decode(16))["sampler_us"]  # a sort of every row of 128k logits
     with pytest.raises(ConfigError, match="cluster.latency.serving.sampler"):
         settings_from({"serving": {"sampler": "beam"}})
 
@@ -192,3 +193,28 @@ def test_the_calibration_pipeline_is_one_command(capsys):
     assert calibrate_main(["residuals", runs, "--runs", "62"]) == 0
     out = capsys.readouterr().out
     assert "| 62 | Mistral-Nemo-Instruct-2407 | 2 |" in out and "collectives" in out
+
+
+def test_the_auto_sampler_takes_the_path_the_models_generation_defaults_select():
+    from distsim.instance.latency.build import build_latency_model
+    from distsim.instance.latency.serving import SAMPLERS, generation_defaults, sampler_path
+
+    # the catalog's generation defaults: top_p 0.9 (Llama 3.1), top_k 20 / top_p 0.8 (Qwen2.5), none (Yi-34B)
+    assert generation_defaults("meta-llama/Llama-3.1-70B-Instruct".rsplit("/")[-1].lower()) is None  # keyed by distsim's names
+    assert generation_defaults("llama-3.1-70b")["top_p"] == 0.9
+    assert sampler_path("auto", "llama-3.1-70b") == "top_k_top_p"
+    assert sampler_path("auto", "qwen2.5-7b") == "top_k_top_p"
+    assert sampler_path("auto", "yi-34b") == "temperature"  # token ids only: vLLM's temperature 1
+    assert sampler_path("auto", "a-model-nobody-knows") == "temperature"
+    assert sampler_path("greedy", "llama-3.1-70b") == "greedy"  # an explicit path wins
+    ctx = LatencyContext(LLAMA, H100, 1)
+    built = lambda **node: build_latency_model(OmegaConf.create({"kind": "roofline3", **node}), ctx)  # noqa: E731
+    auto = built()  # the default: Llama-3.1-8B's top_p 0.9 sorts every row
+    assert (auto.coefficients.sampler_call_us, auto.coefficients.sampler_bytes_per_logit) == SAMPLERS["top_k_top_p"][:2]
+    # by hand: a decode of 8 rows of Llama-3.1-8B's 128,256 logits on the sort path
+    call, per_logit, extra = SAMPLERS["top_k_top_p"]
+    bw = H100.hbm_bw_tbps * 1e6 * DEFAULTS.memory_efficiency  # bytes per us
+    by_hand = call + (8 + extra) * LLAMA.vocab_size * per_logit / bw
+    assert auto.breakdown(decode(8))["sampler_us"] == pytest.approx(by_hand, rel=1e-9)
+    temp = built(serving={"sampler": "temperature"}).breakdown(decode(8))["sampler_us"]
+    assert temp < by_hand / 4

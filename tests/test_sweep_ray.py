@@ -15,7 +15,9 @@ from raykit import local_ray
 from distsim import load_config, simulate
 from distsim.errors import UserError
 from distsim.runner import store
+from distsim.runner import sweep as sweep_module
 from distsim.runner.api import sweep
+from distsim.runner.pool import ActorPool
 from distsim.runner.table import report_text
 from distsim.simulate import summary_json
 
@@ -136,7 +138,8 @@ def test_a_job_that_hangs_on_a_live_worker_is_resubmitted_with_the_same_outputs(
     out, outcome = grid
     marker = tmp_path / "hung"
     monkeypatch.setenv("DISTSIM_FAULT_HANG", f"3:{marker}")  # job 3's first attempt sleeps for ever
-    again = sweep([*SMALL, *GRID], tmp_path / "sweep", num_workers=2, job_timeout_s=3, progress=False, echo=False)
+    # 10 s: far above a job's 0.1 s, so that on a starved machine no other job is taken for hung
+    again = sweep([*SMALL, *GRID], tmp_path / "sweep", num_workers=2, job_timeout_s=10, progress=False, echo=False)
     assert marker.exists() and again.replaced_workers >= 1 and again.ok == 8
     res = again.results.set_index("job")
     assert res.loc[3, "run.attempts"] == 2
@@ -146,7 +149,7 @@ def test_a_job_that_hangs_on_a_live_worker_is_resubmitted_with_the_same_outputs(
         for name in ("summary.json", "requests.parquet", "instances.parquet"):
             assert (tmp_path / "sweep" / str(job) / name).read_bytes() == (out / str(job) / name).read_bytes()
     err = capsys.readouterr().err
-    assert f"job 3 [{res.loc[3, 'overrides']}]: no result within 3 s (runner.job_timeout_s); its worker was replaced, try 2 of 3" in err
+    assert f"job 3 [{res.loc[3, 'overrides']}]: no result within 10 s (runner.job_timeout_s); its worker was replaced, try 2 of 3" in err
     assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["retried"]["3"] == 2
 
 
@@ -160,6 +163,25 @@ def test_a_job_that_hangs_on_every_try_fails_with_one_line_naming_it(ray_session
     line = (
         "job 0 [workload.num_requests=200 cluster.instances=2 seed=0] failed: "
         "no result within 0.5 s (runner.job_timeout_s), on each of 2 tries"
+    )
+    assert line in capsys.readouterr().err.splitlines()
+
+
+def test_a_job_whose_worker_never_starts_fails_with_one_line_naming_it(ray_session, tmp_path, monkeypatch, capsys):
+    class Unplaceable(ActorPool):  # actors that ask for a resource no node has: Ray never starts them
+        def __post_init__(self) -> None:
+            self.actor_options = {**self.actor_options, "resources": {"distsim_test_nowhere": 1.0}}
+            self.start_s = 1.0
+            super().__post_init__()
+
+    monkeypatch.setattr(sweep_module, "ActorPool", Unplaceable)
+    outcome = sweep([*SMALL, "seed=0"], tmp_path, max_retries=1, progress=False, echo=False)
+    row = outcome.results.iloc[0]
+    assert row["status"] == "failed" and row["error_kind"] == "timeout" and row["run.attempts"] == 2
+    assert outcome.exit_code == 1 and outcome.wall_s < 60
+    line = (
+        "job 0 [workload.num_requests=200 cluster.instances=2 seed=0] failed: "
+        "its worker did not start within 1 s, on each of 2 tries"
     )
     assert line in capsys.readouterr().err.splitlines()
 

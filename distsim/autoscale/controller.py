@@ -35,16 +35,14 @@ from distsim.events.rng import stream
 
 if TYPE_CHECKING:
     from distsim.autoscale.base import Scaler
+    from distsim.autoscale.host import LlmPool, ScalablePool, ScaledCluster
     from distsim.autoscale.settings import AutoscaleSettings
-    from distsim.cluster.cluster import Cluster
-    from distsim.cluster.pools import PoolSpec
     from distsim.request import Request
-    from distsim.runtime.settings import RuntimePoolSpec
 
 
 @dataclass
 class ScaledPool:
-    spec: PoolSpec | RuntimePoolSpec  # an LLM pool, or a batching runtime's
+    spec: ScalablePool  # an LLM pool, or a batching runtime's
     scaler: Scaler
     replicas: PoolReplicas
     watch: CompletionWatch
@@ -69,11 +67,11 @@ class Autoscaler:
     recorder has them); it stops when the cluster tells its ``drained_listeners`` the run is drained
     (:meth:`drained`, see attach_autoscaler) and the runtimes' front, if any, has nothing left either."""
 
-    def __init__(self, cluster: Cluster, pools: Sequence[PoolSpec], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0):
+    def __init__(self, cluster: ScaledCluster, pools: Sequence[LlmPool], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0):
         self.cluster, self.loop = cluster, cluster.loop
         self.units = len(cluster.instances)  # instances.parquet's rows: the cluster's, then any runtime replicas
         self.llm = LlmSide(cluster)
-        self._activity: list[Callable[[], bool]] = [cluster._active]  # whether each side has anything left to do
+        self._activity: list[Callable[[], bool]] = [cluster.active]  # whether each side has anything left to do
         self.stopped = False
         self._checking: set[int] = set()  # engines (first of a replica) with a drain check pending
         self.pools: list[ScaledPool] = []
@@ -88,7 +86,7 @@ class Autoscaler:
             first += spec.built_count * dp
 
     def add(
-        self, spec: PoolSpec | RuntimePoolSpec, engines: list[tuple[int, ...]], watch: CompletionWatch,
+        self, spec: ScalablePool, engines: list[tuple[int, ...]], watch: CompletionWatch,
         side: Side, seed: int,
     ) -> ScaledPool:
         """An autoscaled pool of ``engines`` (global indices, replica by replica) on ``side``."""
@@ -246,7 +244,7 @@ class Autoscaler:
 
 
 def attach_autoscaler(
-    cluster: Cluster, pools: Sequence[PoolSpec], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0
+    cluster: ScaledCluster, pools: Sequence[LlmPool], seed: int = 0, *, ttft_slo_ms: float = 0.0, output_lag_us: int = 0
 ) -> Autoscaler:
     """Autoscale ``cluster``'s autoscaled pools (built with ``max`` replicas each): from now only their
     initial ``count`` serve. Each pool's scaler gets its own random stream, "autoscale/<pool>". The

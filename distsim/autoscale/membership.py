@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from distsim.cluster.cluster import Cluster
+    from distsim.autoscale.host import ScaledCluster
 
 
 class Membership:
-    def __init__(self, cluster: Cluster):
+    def __init__(self, cluster: ScaledCluster):
         roles = np.array([inst.role for inst in cluster.instances])
         if cluster.disaggregated:
             self.groups = [

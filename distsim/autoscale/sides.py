@@ -19,8 +19,8 @@ from distsim.autoscale.membership import Membership
 from distsim.autoscale.replicas import SERVING
 
 if TYPE_CHECKING:
+    from distsim.autoscale.host import ScaledCluster
     from distsim.autoscale.replicas import Replica
-    from distsim.cluster.cluster import Cluster
     from distsim.signals.board import SignalBoard
     from distsim.signals.view import RouterState
 
@@ -49,7 +49,7 @@ class LlmSide:
     """The LLM cluster's instances: an engine's global index is its index on the cluster's board and router
     state; the cluster's views (one per P/D role) follow the serving replicas."""
 
-    def __init__(self, cluster: Cluster):
+    def __init__(self, cluster: ScaledCluster):
         self.cluster = cluster
         self.instances = cluster.instances
         self.board, self.state = cluster.board, cluster.state

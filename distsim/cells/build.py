@@ -34,12 +34,12 @@ from distsim.workload.settings import SloDefaults
 
 if TYPE_CHECKING:
     from distsim.cluster.pools import PoolSpec
-    from distsim.metrics.recorder import Recorder
+    from distsim.protocols import RecordSink
 
 
 def build_fleet(
     pools: Sequence[PoolSpec], policy: PolicySettings, signals: SignalSettings, transfer: TransferSettings,
-    loop: EventLoop, recorder: Recorder, *, seed: int, fast_forward: bool, slo: SloDefaults,
+    loop: EventLoop, recorder: RecordSink, *, seed: int, fast_forward: bool, slo: SloDefaults,
     frontend: FrontendSettings | None, cells: CellSettings, instance_cls: type[Instance] = Instance,
 ) -> Fleet:
     """The fleet of ``cells.count`` cells, each an equal share of every pool (checked to divide)."""

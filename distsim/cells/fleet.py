@@ -37,7 +37,7 @@ from distsim.request import Request, Status
 if TYPE_CHECKING:
     import pandas as pd
 
-    from distsim.metrics.recorder import Recorder
+    from distsim.protocols import RecordSink
 
 
 class Fleet(Intake):
@@ -45,7 +45,7 @@ class Fleet(Intake):
 
     def __init__(
         self, cells: list[Cluster], network: Network, directory: CellDirectory, front: FrontRouter,
-        settings: CellSettings, loop: EventLoop, recorder: Recorder,
+        settings: CellSettings, loop: EventLoop, recorder: RecordSink,
     ):
         self.cells, self.network, self.directory, self.front = cells, network, directory, front
         self.settings = settings

@@ -202,10 +202,11 @@ class Cluster(Intake):
     def feed(self, requests: Iterable[Request]) -> None:
         """Stream requests in: one pending arrival event at a time, so memory does not grow with them."""
         self._source = iter(requests)
-        self.board.start(self._active)
+        self.board.start(self.active)
         self._pull()
 
-    def _active(self) -> bool:
+    def active(self) -> bool:
+        """Whether the cluster has anything left to do: arrivals to come, or requests outstanding."""
         return not self._exhausted or bool(self.state.outstanding.any())
 
     def accept(self, now: int, req: Request) -> None:

@@ -58,7 +58,9 @@ class ServingConfig:
     host_overlap: bool | None = None  # host work hidden behind the GPU step (null: engine.async_scheduling)
     interconnect: str | None = None  # nvlink | pcie (null: nvlink when the GPU link beats the host link)
     p2p: bool = True  # GPU peer-to-peer access (custom all-reduce needs it; NCCL without it goes through host)
-    sampler: str = "temperature"  # sampling path (its measured terms): temperature | top_k_top_p | greedy
+    # sampling path (its measured terms): auto (the model's generation defaults, which vLLM applies to requests
+    # that set none) | temperature | top_k_top_p | greedy
+    sampler: str = "auto"
 
 
 @dataclass
@@ -142,7 +144,7 @@ class FrontendConfig:
     # fitted on the real vLLM runs on H100 with roofline3's GPU and serving terms frozen (docs/fidelity.md;
     # docs/data/h100_runfit.json)
     request_us: float = 0.0  # per request, before the engine queues it (ingestion)
-    per_input_token_us: float = 13.6217  # per prompt token, before the engine queues it (tokenisation)
+    per_input_token_us: float = 12.7178  # per prompt token, before the engine queues it (tokenisation)
     per_output_token_us: float = 0.0  # per output token, after the engine emits it (detokenisation, streaming)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distsim import inputs
+from distsim import inputs, outputs
 from distsim.errors import InputFileError
 from distsim.fidelity import settings
 from distsim.fidelity.run import EngineSettings, MeasuredRun, request_table
@@ -148,27 +148,30 @@ def write_csv_run(
     the simulated requests exactly. Only completed requests are written (a measurement has no others).
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    outputs.prepare_dir(folder)
     done = requests[requests["status"] == "completed"] if "status" in requests else requests
-    out = folder / "requests.csv"
-    with out.open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow([*REQUIRED, "scheduled_s", "request_id"])
-        for r in done.itertuples(index=False):
-            sched = r.arrival_ms + r.queue_ms
-            writer.writerow(
-                [
-                    f"{r.arrival_ms / 1000:.6f}",
-                    r.input_tokens,
-                    r.output_tokens,
-                    f"{r.first_token_ms / 1000:.6f}",
-                    f"{r.completion_ms / 1000:.6f}",
-                    f"{sched / 1000:.6f}",
-                    r.request_id,
-                ]
-            )
+
+    def write_rows(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow([*REQUIRED, "scheduled_s", "request_id"])
+            for r in done.itertuples(index=False):
+                sched = r.arrival_ms + r.queue_ms
+                writer.writerow(
+                    [
+                        f"{r.arrival_ms / 1000:.6f}",
+                        r.input_tokens,
+                        r.output_tokens,
+                        f"{r.first_token_ms / 1000:.6f}",
+                        f"{r.completion_ms / 1000:.6f}",
+                        f"{sched / 1000:.6f}",
+                        r.request_id,
+                    ]
+                )
+
+    outputs.write_file(folder / "requests.csv", write_rows)
     settings = {"model": model, "hardware": hardware, "engine": {}}
     if engine is not None:
         settings["engine"] = {k: v for k, v in engine.__dict__.items() if v is not None}
-    (folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    outputs.write_text(folder / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
     return folder

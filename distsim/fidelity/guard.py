@@ -28,6 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from distsim import outputs
+from distsim.errors import UserError
+
 TOLERANCE = 1.0  # points an error may rise above the recorded figure before the guard fails
 RUN_SLICE = ("48", "60", "62", "65", "66", "67")  # one run per model: Scout, 70B, Nemo, Yi, Qwen, Llama-2
 RUN_METRICS = ("e2e_mean", "ttft_mean", "itl_mean")
@@ -104,8 +107,7 @@ def violations(recorded: dict[str, Any], now: dict[str, Any], tolerance: float =
 
 def write(path: Path = RECORD, shared: str | Path = SHARED) -> dict[str, Any]:
     figs = figures(shared)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(figs, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    outputs.write_text(outputs.prepare_file(path), json.dumps(figs, indent=2, sort_keys=False) + "\n")
     return figs
 
 
@@ -114,10 +116,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--write", nargs="?", const=str(RECORD), default=None, help="write the record (default path)")
     p.add_argument("--shared", default=str(SHARED), help="the folder holding h100_steps and h100_vllm_runs")
     args = p.parse_args(argv)
-    figs = write(Path(args.write), args.shared) if args.write else figures(args.shared)
+    try:
+        figs = write(Path(args.write), args.shared) if args.write else figures(args.shared)
+    except UserError as err:
+        print(f"distsim: {err}", file=sys.stderr)
+        return 2
     print(json.dumps(figs, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from distsim import command
+
+    command.run("distsim", main)  # a full or closed stdout, and Ctrl-C, as one line

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from distsim import outputs
+from distsim.errors import UserError
 from distsim.fidelity.suite.data import read_suite
 from distsim.fidelity.suite.metrics import WHOLE_RUN, stage_metrics
 from distsim.fidelity.suite.replay import suite_config
@@ -92,14 +94,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--runs", default=None, help="comma-separated run ids (default: every run)")
     p.add_argument("--out", default=None, help="write the markdown table here")
     args = p.parse_args(argv)
-    table = decompose(args.folder, args.overrides, args.runs.split(",") if args.runs else None)
-    text = markdown(table)
+    try:
+        if args.out:
+            outputs.prepare_file(args.out)  # a bad --out fails before the replays, not after them
+        text = markdown(decompose(args.folder, args.overrides, args.runs.split(",") if args.runs else None))
+        if args.out:
+            outputs.write_text(args.out, text + "\n")
+    except UserError as err:
+        print(f"distsim: {err}", file=sys.stderr)
+        return 2
     print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from distsim import command
+
+    command.run("distsim", main)  # a full or closed stdout, and Ctrl-C, as one line

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import lsq_linear
 
+from distsim import outputs
 from distsim.errors import UserError
 from distsim.fidelity.metrics import error_pct
 from distsim.fidelity.multifit.fit import fit_runs
@@ -281,21 +282,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command = "python -m distsim.fidelity.runfit " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
+        if args.out:
+            outputs.prepare_file(args.out)  # a bad --out fails before the fit, not after it
         suite = read_suite(args.folder)
         start = start_values(args.overrides)
         with ReplayPool(args.overrides, workers=args.workers) as pool:
             result = fit(Runs(suite, pool), start, args.iterations, args.lomo, lambda line: print(line, file=sys.stderr), terms)
+        body = to_json(result, suite, args.overrides, command)
+        if args.out:
+            outputs.write_text(args.out, json.dumps(body, indent=2, allow_nan=True) + "\n")
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)
         return 2
-    body = to_json(result, suite, args.overrides, command)
-    text = json.dumps(body, indent=2, allow_nan=True)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
     print(json.dumps({"fit": body["fit"]["values"], "medians": body["fit"]["medians"], "lomo": body.get("lomo", {}).get("medians")}, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from distsim import command
+
+    command.run("distsim", main)  # a full or closed stdout, and Ctrl-C, as one line

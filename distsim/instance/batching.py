@@ -34,7 +34,7 @@ deadlocked: INV-12 accepts it only while that wake-up is scheduled. INV-25 (docs
 How it plugs in: a queueing discipline is chosen when the instance is built. The instance builds a
 :class:`PrefillBatcher` when its settings ask for windowed batching and then calls the batcher's
 :meth:`~PrefillBatcher.enqueue` for each new prompt and its :meth:`~PrefillBatcher.admit_waiting` in each
-step's admission, instead of its own ``_enqueue`` and ``_admit_waiting`` (which the batcher calls in turn,
+step's admission, instead of its own ``join_waiting`` and ``admit_waiting`` (which the batcher calls in turn,
 the latter over the part of the queue it lets in). The option off (the default) builds nothing here: the
 instance's own methods run unchanged.
 """
@@ -49,7 +49,7 @@ from distsim.events.loop import PRIO_CLUSTER
 from distsim.instance.phase import Phase
 
 if TYPE_CHECKING:
-    from distsim.instance.instance import Instance
+    from distsim.instance.engine import Engine
     from distsim.request import Request
 
 WAITING = Phase.WAITING
@@ -85,7 +85,7 @@ class PrefillBatcher:
     """One instance's held batch of new prompts, its wake-up, and the counters behind instances.parquet's
     ``prefill_batch_*`` columns."""
 
-    def __init__(self, inst: Instance, batch_min: int | None, window_us: int):
+    def __init__(self, inst: Engine, batch_min: int | None, window_us: int):
         self.inst = inst
         self.min = batch_min if batch_min is not None else 1 << 62  # null: only the window or the budget
         self.window_us = window_us
@@ -104,11 +104,11 @@ class PrefillBatcher:
         unheld) queues as under continuous batching."""
         inst = self.inst
         if not (self._live() or not inst.waiting):
-            inst._enqueue(req, now)
+            inst.join_waiting(req, now)
             return
         inst.waiting.append(req)
         inst.waiting_tokens += req.prompt_tokens + req.generated
-        inst._publish_queue()
+        inst.publish_queue()
         req.seq.enqueued_us = now
         self.held.append((now, req))
         self.held_tokens += req.prompt_tokens
@@ -160,9 +160,9 @@ class PrefillBatcher:
             self.timer_tag += 1  # drops stale ones once every request is recorded, so none prolongs the run)
             self.timer_us = None
         if not inst.busy:
-            inst._wake(now)
+            inst.wake(now)
         elif head_was_held:  # else a request ahead of it is blocked and the batch could not join anyway
-            inst._cut_run(now, inst.lag)
+            inst.cut_run(now, inst.lag)
 
     # ------------------------------------------------------------------ admission
     def admit_waiting(self, waiting, now: int, budget: int, need_dec: int, chunks: list) -> int:
@@ -170,11 +170,11 @@ class PrefillBatcher:
         requests queued ahead of the held batch (recomputes, loads landed from the CPU tier)."""
         held = self._live()
         if not held:
-            return self.inst._admit_waiting(waiting, now, budget, need_dec, chunks)
+            return self.inst.admit_waiting(waiting, now, budget, need_dec, chunks)
         ahead = len(waiting) - len(held)
         if ahead <= 0:
             return budget
-        return self.inst._admit_waiting(_Front(waiting, ahead), now, budget, need_dec, chunks)
+        return self.inst.admit_waiting(_Front(waiting, ahead), now, budget, need_dec, chunks)
 
     # ------------------------------------------------------------------ checks
     def waits_for_wake_up(self) -> bool:

@@ -16,7 +16,7 @@ from distsim.instance.departure import Departure
 from distsim.instance.phase import Phase
 
 if TYPE_CHECKING:
-    from distsim.instance.instance import Instance
+    from distsim.instance.engine import Engine
     from distsim.request import Request
 
 WAITING, DONE = Phase.WAITING, Phase.DONE
@@ -27,7 +27,7 @@ class Cancellation:
     """One engine's cancelled requests still to let go: running ones (``aborts``, at the next step
     boundary) and loading ones (``abort_loads``, request ids, when their load lands)."""
 
-    def __init__(self, inst: Instance):
+    def __init__(self, inst: Engine):
         self.inst = inst
         self.aborts: list[Request] = []
         self.abort_loads: set[int] = set()
@@ -44,11 +44,11 @@ class Cancellation:
             inst.waiting.remove(req)
             inst.waiting_tokens -= req.prompt_tokens + req.generated
             seq.phase = DONE
-            inst._publish_queue()
-            inst._departed(req, now, ABORTED)
+            inst.publish_queue()
+            inst.departed(req, now, ABORTED)
         else:
             self.aborts.append(req)
-            inst._cut(now)
+            inst.cut(now)
 
     def apply(self, now: int) -> None:
         """At a step boundary: the cancelled running requests leave, freeing their blocks (as a preemption
@@ -58,8 +58,8 @@ class Cancellation:
         self.aborts.clear()  # in place: the instance reads this list every step
         for req in aborts:
             if req.seq.phase != DONE:  # else it finished in the step that just ended (the cluster heard of it)
-                inst._leave_running(req, now, DONE)
-                inst._departed(req, now, ABORTED)
+                inst.leave_running(req, now, DONE)
+                inst.departed(req, now, ABORTED)
 
     def load_aborted(self, req: Request) -> bool:
         """A CPU load landed: whether its request was cancelled meanwhile (it leaves then)."""

@@ -18,7 +18,7 @@ from distsim.instance.departure import Departure
 from distsim.instance.phase import Phase
 
 if TYPE_CHECKING:
-    from distsim.instance.instance import Instance
+    from distsim.instance.engine import Engine
     from distsim.request import Request
 
 WAITING, DONE = Phase.WAITING, Phase.DONE
@@ -27,7 +27,7 @@ WAITING, DONE = Phase.WAITING, Phase.DONE
 class CpuLoads:
     """The loads in flight on one engine: ``loading``, by request id."""
 
-    def __init__(self, inst: Instance, tier: CpuKvTier):
+    def __init__(self, inst: Engine, tier: CpuKvTier):
         self.inst = inst
         self.tier = tier
         self.loading: dict[int, Request] = {}  # out of the queue until their blocks land from the CPU tier
@@ -78,16 +78,16 @@ class CpuLoads:
         inst.kv.release(seq.runs, seq.private_blocks)
         if inst.cancellation is not None and inst.cancellation.load_aborted(req):
             seq.clear(DONE)
-            inst._departed(req, now, Departure.ABORTED)
-            inst._publish()
+            inst.departed(req, now, Departure.ABORTED)
+            inst.publish()
             if not inst.busy and inst.waiting:
-                inst._wake(now)
+                inst.wake(now)
             return
         seq.clear(WAITING)
         inst.waiting.appendleft(req)
         inst.waiting_tokens += req.prompt_tokens + req.generated
-        inst._publish()
-        inst._new_work(now)
+        inst.publish()
+        inst.new_work(now)
 
     def check(self, where: str) -> None:
         """The tier's own invariants (INV-23, INV-24), given the blocks the loads in flight hold."""

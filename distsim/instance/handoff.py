@@ -31,7 +31,7 @@ from distsim.instance.phase import Phase
 from distsim.instance.sequence import SeqState
 
 if TYPE_CHECKING:
-    from distsim.instance.instance import Instance
+    from distsim.instance.engine import Engine
     from distsim.request import Request
 
 Handler = Callable[["Request", int], None]
@@ -40,7 +40,7 @@ Handler = Callable[["Request", int], None]
 class PrefillSide:
     """A prefill engine's requests handed off: their blocks, held until their KV has been sent."""
 
-    def __init__(self, inst: Instance):
+    def __init__(self, inst: Engine):
         self.inst = inst
         self.held: dict[int, tuple[list, int]] = {}  # request id -> (shared block hashes, private blocks)
         self.prefilled: Handler | None = None  # the cluster's: the prompt is computed, send its KV
@@ -66,9 +66,9 @@ class PrefillSide:
         shared, private = self.held.pop(req.request_id)
         inst.kv.release(shared, private)
         if not inst.busy and inst.waiting:
-            inst._wake(now)
-        inst._publish()
-        inst._departed(req, now, Departure.RELEASED)
+            inst.wake(now)
+        inst.publish()
+        inst.departed(req, now, Departure.RELEASED)
 
 
 class DecodeSide:
@@ -76,7 +76,7 @@ class DecodeSide:
     (``awaiting_blocks``), blocks reserved while the KV moves (``reserved``), landed holding its blocks and
     waiting for a sequence slot (``landed``)."""
 
-    def __init__(self, inst: Instance):
+    def __init__(self, inst: Engine):
         self.inst = inst
         self.awaiting_blocks: deque[Request] = deque()
         self.reserved: dict[int, Request] = {}
@@ -92,7 +92,7 @@ class DecodeSide:
         req.instance = inst.index
         req.seq = SeqState()  # this instance's own state from here on
         self.awaiting_blocks.append(req)
-        inst._new_work(now)
+        inst.new_work(now)
 
     def reserve(self, now: int, need_dec: int) -> None:
         """Reserve blocks for incoming KVs in arrival order, leaving this step's decode blocks."""
@@ -119,8 +119,8 @@ class DecodeSide:
         req.seq.phase = Phase.WAITING
         self.landed.append(req)
         inst.waiting_tokens += 1  # its next decode token
-        inst._publish_queue()
-        inst._new_work(now)
+        inst.publish_queue()
+        inst.new_work(now)
 
     def admit_landed(self, budget: int) -> int:
         """Landed requests join the decoders while sequence slots and budget last."""

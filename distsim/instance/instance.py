@@ -160,7 +160,8 @@ class Instance(Scheduler):
         elif self.role == "decode":
             self.handoff.connect(reserved)
 
-    def _departed(self, req: Request, now: int, how: Departure) -> None:
+    def departed(self, req: Request, now: int, how: Departure) -> None:
+        """``req`` leaves this engine ``how``: tell the departure listeners, the owning cluster first."""
         for listener in self.departure_listeners:
             listener(req, now, how)
 
@@ -197,8 +198,8 @@ class Instance(Scheduler):
         self.batcher: PrefillBatcher | None = None
         if batching_on(params.prefill_batch_min, params.prefill_batch_window_us):
             self.batcher = PrefillBatcher(self, params.prefill_batch_min, params.prefill_batch_window_us)
-        self._arrive = self._enqueue if self.batcher is None else self.batcher.enqueue
-        self._admit_queue = self._admit_waiting if self.batcher is None else self.batcher.admit_waiting
+        self._arrive = self.join_waiting if self.batcher is None else self.batcher.enqueue
+        self._admit_queue = self.admit_waiting if self.batcher is None else self.batcher.admit_waiting
         self.handoff: PrefillSide | DecodeSide | None = None
         # read-only and shared by every engine without the part (a dict each would cost 64 bytes)
         self.held: Mapping[int, tuple[list, int]] = NONE  # P/D prefill side: blocks held until the KV is sent
@@ -241,11 +242,13 @@ class Instance(Scheduler):
         board.cached_tokens[i] = self.stats.cached_tokens
         board.prompt_tokens[i] = self.stats.prompt_tokens
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
+        """Push this engine's whole state to its board, if a policy reads signals live."""
         if self.board is not None:
             self.publish_to(self.board)
 
-    def _publish_queue(self) -> None:
+    def publish_queue(self) -> None:
+        """Push only the waiting queue's length and tokens (what an arrival or a departure from it changes)."""
         if self.board is not None:
             self.board.waiting[self.slot] = len(self.waiting) + len(self.landed) + len(self.loading)
             self.board.queued_tokens[self.slot] = self.waiting_tokens
@@ -269,7 +272,7 @@ class Instance(Scheduler):
     def _refuse(self, req: Request, now: int, status: Status) -> None:
         req.status = status
         req.seq.phase = DONE
-        self._departed(req, now, FINISHED)
+        self.departed(req, now, FINISHED)
 
     def can_ever_fit(self, req: Request) -> bool:
         """Whether the request, alone on this instance, could ever run to the end."""
@@ -278,40 +281,42 @@ class Instance(Scheduler):
             return False
         return self.chunked or req.prompt_tokens <= self.max_tokens
 
-    def _enqueue(self, req: Request, now: int) -> None:
+    def join_waiting(self, req: Request, now: int) -> None:
+        """``req`` joins the waiting queue now (continuous batching's arrival; a batching window's release):
+        an idle engine wakes, a run that the new head could join is cut."""
         req.seq.enqueued_us = now
         waiting = self.waiting
         waiting.append(req)
         self.waiting_tokens += req.prompt_tokens + req.generated
         if self.board is not None:
-            self._publish_queue()
+            self.publish_queue()
         if not self.busy:
-            self._wake(now)
+            self.wake(now)
         elif self.plan.ends_us is not None and waiting.peek() is req:
-            self._cut_run(now, self.lag)
+            self.cut_run(now, self.lag)
 
-    def _cut_run(self, now: int, lag: int = 0) -> None:
+    def cut_run(self, now: int, lag: int = 0) -> None:
         """Work that could join a fast-forwarded run arrived: end the run at the next step boundary (if a
         sequence slot is free for it), or ``lag`` boundaries later."""
         if len(self.running) < self.max_seqs:
-            self._cut(now, lag)
+            self.cut(now, lag)
 
-    def _new_work(self, now: int) -> None:
+    def new_work(self, now: int) -> None:
         """Work that could run arrived (a landed KV or CPU load, an incoming KV's blocks to reserve): wake
         an idle instance, or end a fast-forwarded run at the next step boundary."""
         if not self.busy:
-            self._wake(now)
+            self.wake(now)
         else:
-            self._cut_run(now)
+            self.cut_run(now)
 
-    def _cut(self, now: int, lag: int = 0) -> None:
+    def cut(self, now: int, lag: int = 0) -> None:
         """End a fast-forwarded run at the next step boundary whatever joins (a cancelled request leaves)."""
         plan = self.plan
         if plan.ends_us is not None and plan.cut(now, lag):
             self.version = version = self.version + 1
             self.loop.schedule(plan.end_us, self.priority, self._event, version)
 
-    def _wake(self, now: int) -> None:
+    def wake(self, now: int) -> None:
         """An idle instance plans a step at ``now`` (something arrived, or blocks came free)."""
         self.busy = True
         self.plan.steps = 0
@@ -500,5 +505,9 @@ class Instance(Scheduler):
     # ------------------------------------------------------------------ checks
     def check_invariants(self) -> None:
         """Raise SimulationError when a conservation law or limit of docs/invariants.md is broken (the
-        tests call it after every event): distsim.instance.checks."""
+        tests call it after every event): distsim.instance.checks, then the parts' own."""
         check_instance(self)
+        if self.cpu_loads is not None:
+            self.cpu_loads.check(f"instance {self.index}")
+        if self.batcher is not None:
+            self.batcher.check()

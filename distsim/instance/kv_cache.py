@@ -92,7 +92,7 @@ def _cut(src: Sequence[Hashable], end: int) -> None:
         del src[end:]
 
 
-def _matched(node: Node, hashes: Sequence[Hashable], d: int, end: int) -> int:
+def matched(node: Node, hashes: Sequence[Hashable], d: int, end: int) -> int:
     """How many leading blocks of ``node`` equal ``hashes[d:end]`` (the first is known to)."""
     k = node.n if node.n < end - d else end - d
     src, off = node.src, node.off
@@ -142,7 +142,7 @@ class KVCache:
             child = children.get(hashes[d])
             if child is None or not child.present:
                 break
-            m = _matched(child, hashes, d, end)
+            m = matched(child, hashes, d, end)
             hits += m
             if not child.ref:
                 from_evictable += m
@@ -162,7 +162,7 @@ class KVCache:
         d = 0
         while d < hits:
             child = node.children[hashes[d]]
-            m = _matched(child, hashes, d, hits)
+            m = matched(child, hashes, d, hits)
             if m < child.n:
                 child = self._split(child, m)
             if not child.ref:
@@ -221,7 +221,7 @@ class KVCache:
                 new += hi - d
                 _hold(held, child, hi - d)
                 break
-            m = _matched(child, hashes, d, hi)
+            m = matched(child, hashes, d, hi)
             if m < child.n:
                 child = self._split(child, m)
             if not child.present:  # a hole refilled
@@ -276,7 +276,7 @@ class KVCache:
                 else:
                     children[hashes[d]] = child
                 return child
-            m = _matched(child, hashes, d, depth)
+            m = matched(child, hashes, d, depth)
             if m < child.n:
                 child = self._split(child, m)
             node = child

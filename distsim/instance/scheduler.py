@@ -220,13 +220,13 @@ class Scheduler:
 
     def _preempt(self, req: Request, now: int) -> None:
         """Preempt by recompute: free everything, back to the front of the waiting queue."""
-        self._leave_running(req, now, WAITING)
+        self.leave_running(req, now, WAITING)
         req.preemptions += 1
         self.stats.preemptions += 1
         self.waiting.appendleft(req)
         self.waiting_tokens += req.prompt_tokens + req.generated
 
-    def _leave_running(self, req: Request, now: int, phase: Phase) -> None:
+    def leave_running(self, req: Request, now: int, phase: Phase) -> None:
         """Take a running request out of the batch (preempted, or a cancelled hedge copy) between steps: a
         decoder's tokens so far are counted, its blocks freed, its state cleared into ``phase``."""
         c = self.step_index
@@ -243,7 +243,7 @@ class Scheduler:
         seq.clear(phase)
         del self.running[req.request_id]
 
-    def _admit_waiting(  # long: vLLM's waiting loop in one place, the hot path of admission
+    def admit_waiting(  # long: vLLM's waiting loop in one place, the hot path of admission
         self, waiting, now: int, budget: int, need_dec: int, chunks: list[tuple[Request, int]]
     ) -> int:
         """Admit requests from ``waiting`` (the queue, or the part of it a queueing discipline lets in) in

@@ -79,6 +79,11 @@ class Table:
     def categories(self, name: str) -> tuple[str, ...]:
         return self._categories[name]
 
+    def write_parquet(self, path: str | os.PathLike) -> None:
+        """Write this table to ``path`` as pandas would (the module's :func:`write_parquet`; what
+        distsim.outputs.write_parquet calls, which knows no column table)."""
+        write_parquet(path, self)
+
     def to_pandas(self) -> pd.DataFrame:
         """The DataFrame: each column with the dtype its kind names."""
         import pandas as pd

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from distsim.cluster.data_parallel import DataParallelBalancer
 from distsim.events.loop import EventLoop
 from distsim.feature import Measures, Parts
 from distsim.metrics.columns import Table
@@ -101,8 +100,9 @@ def instance_table(cluster: World) -> Table:
     columns = {name: [row[name] for row in rows] for name in rows[0]}
     if any(inst.stats.serving_steps is not None for inst in cluster.instances):  # the serving layer's share
         columns.update(serving_columns(cluster.instances))
-    if DataParallelBalancer.needed(cluster.instances):  # data parallelism: each engine's configured instance (its DP group)
-        columns = {"instance": columns.pop("instance"), "dp_group": [i.dp_group for i in cluster.instances], **columns}
+    dp_groups = [i.dp_group for i in cluster.instances]
+    if len(set(dp_groups)) < len(dp_groups):  # data parallelism: each engine's configured instance (its DP group)
+        columns = {"instance": columns.pop("instance"), "dp_group": dp_groups, **columns}
     if any(inst.cpu is not None for inst in cluster.instances):  # a CPU KV tier somewhere: its counters
         columns.update(cpu_tier_columns(cluster.instances))
     table = Table()

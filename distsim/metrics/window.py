@@ -49,7 +49,7 @@ from distsim.metrics.tables import Tally
 
 if TYPE_CHECKING:
     from distsim.instance.instance import Instance
-    from distsim.runtime.replica import RuntimeReplica
+    from distsim.protocols import BatchingReplica
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def counters_at(inst: Instance, now: int) -> Counters:
     return Counters(busy, len(stats.itl_step_durations), len(stats.itl_single))
 
 
-def snapshot(engines: Sequence[Instance], replicas: Sequence[RuntimeReplica], now: int) -> dict[int, Counters]:
+def snapshot(engines: Sequence[Instance], replicas: Sequence[BatchingReplica], now: int) -> dict[int, Counters]:
     """Every instance's counters at ``now``, and every runtime replica's (its busy time credited at batch
     ends; it has no token gaps)."""
     out = {inst.index: counters_at(inst, now) for inst in engines}
@@ -89,7 +89,7 @@ class WindowProbe:
 
     window: MeasureWindow
     engines: Sequence[Instance] = ()  # the world's instances and runtime replicas (set once built)
-    replicas: Sequence[RuntimeReplica] = ()
+    replicas: Sequence[BatchingReplica] = ()
     edges: list[dict[int, Counters]] = field(default_factory=list)  # at the start, and the end if closed
     masks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the request rows before, in, after it
 

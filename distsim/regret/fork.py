@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -120,15 +121,26 @@ class Forks:
     def _fork(self, req: Request, now: int, stop: int) -> Outcome | None:
         """In the parent, the child's outcome; in the child, None (it goes on simulating)."""
         rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(rfd)
-            self.child = (wfd, req, now, stop)
-            self.loop.schedule(stop, PRIO_LAST, _stop)
-            return None
+        # Ctrl-C waits until the child knows it is one: else it would unwind the parent's handlers (and
+        # print the parent's message) instead of reporting to the parent and exiting
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os.close(rfd)
+                self.child = (wfd, req, now, stop)
+                self.loop.schedule(stop, PRIO_LAST, _stop)
+                return None
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(wfd)
-        with os.fdopen(rfd, "rb") as pipe:
-            data = pipe.read()
+        try:
+            with os.fdopen(rfd, "rb") as pipe:
+                data = pipe.read()
+        except BaseException:  # Ctrl-C (or any error) in the parent: the replay is not wanted any more
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
         _, status = os.waitpid(pid, 0)
         result = pickle.loads(data) if data else f"the replay exited with status {os.waitstatus_to_exitcode(status)}"
         if not isinstance(result, Outcome):

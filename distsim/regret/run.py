@@ -143,9 +143,10 @@ def write_regret(out_dir: str | os.PathLike, scenario: Scenario, requests: pd.Da
     figures = summary(decisions, settings)
     figures["bound"] = bound_summary(latency_bounds(scenario), requests)
     out = outputs.prepare_dir(out_dir)
-    outputs.write_csv(out / "regret.csv", decision_table(decisions))
-    outputs.write_csv(out / "regret_alternatives.csv", alternatives_table(decisions))
-    outputs.write_text(out / "regret.json", json.dumps(figures, indent=2, allow_nan=False) + "\n")
+    with outputs.all_or_none():  # regret.json last: with it, the tables are complete
+        outputs.write_csv(out / "regret.csv", decision_table(decisions))
+        outputs.write_csv(out / "regret_alternatives.csv", alternatives_table(decisions))
+        outputs.write_text(out / "regret.json", json.dumps(figures, indent=2, allow_nan=False) + "\n")
     return figures
 
 

@@ -16,10 +16,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
+from distsim.runner.outcome import SweepOutcome
 from distsim.runner.overrides import texts
 from distsim.runner.plan import plan_sweep
 from distsim.runner.settings import RunnerSettings
-from distsim.runner.sweep import SweepOutcome, run_sweep
+from distsim.runner.sweep import run_sweep
 
 
 def sweep(

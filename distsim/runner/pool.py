@@ -20,7 +20,7 @@ from typing import Any
 from distsim.runner.actor import remote_worker_class
 from distsim.runner.plan import Job
 from distsim.runner.rows import RUN_PREFIX, failed_row
-from distsim.runner.watchdog import Watchdog
+from distsim.runner.watchdog import START_S, Watchdog
 
 
 @dataclass
@@ -72,16 +72,19 @@ class ActorPool:
     times: DriverTimes = field(default_factory=DriverTimes)
     replaced: int = 0
     watchdog: Watchdog = field(default_factory=Watchdog)
+    start_s: float = START_S  # how long a job waits for its actor to start before it counts as lost
 
     def __post_init__(self) -> None:
         self._cls = remote_worker_class()
         self._booting: dict[Any, int] = {}  # an actor's readiness ref -> its slot, until it is ready
+        self._born: dict[int, float] = {}  # slot -> when its actor was asked for (perf_counter)
         self._ready: set[int] = set()  # slots whose actor has started
         self._actors = [self._new_actor(slot) for slot in range(self.size)]
 
     def _new_actor(self, slot: int) -> Any:
         actor = self._cls.options(**self.actor_options).remote(*self.init_args)
         self._booting[actor.__ray_ready__.remote()] = slot
+        self._born[slot] = time.perf_counter()
         return actor
 
     def _replace(self, slot: int) -> None:
@@ -139,12 +142,18 @@ class ActorPool:
             if flight.since is None and flight.slot in self._ready:
                 flight.since = now
 
-    def _overdue(self, in_flight: dict[Any, Flight], now: float) -> list[tuple[Any, Flight]]:
-        return [
-            (ref, flight)
-            for ref, flight in in_flight.items()
-            if flight.since is not None and now - flight.since > self.watchdog.bound_s(flight.job.config_key)
-        ]
+    def _overdue(self, in_flight: dict[Any, Flight], now: float) -> list[tuple[Any, Flight, str]]:
+        """The jobs past their bound, each with why: an attempt past the watchdog's bound, or a job whose
+        actor has not started within ``START_S`` (an actor Ray cannot place would otherwise hold its job,
+        and the sweep, for ever)."""
+        late = []
+        for ref, flight in in_flight.items():
+            if flight.since is not None:
+                if now - flight.since > self.watchdog.bound_s(flight.job.config_key):
+                    late.append((ref, flight, f"no result within {self.watchdog.describe(flight.job.config_key)}"))
+            elif now - self._born[flight.slot] > self.start_s:
+                late.append((ref, flight, f"its worker did not start within {self.start_s:g} s"))
+        return late
 
     def run(
         self, jobs: list[Job], key_of: Callable[[Job], str], events: PoolEvents, tick_s: float = 0.5
@@ -179,9 +188,8 @@ class ActorPool:
                 flight = in_flight.pop(ref)
                 done(self._collect(ref, flight, attempts[flight.job.index], events, pending), flight.slot)
             self._started(in_flight, t2)
-            for ref, flight in self._overdue(in_flight, time.perf_counter()):
+            for ref, flight, reason in self._overdue(in_flight, time.perf_counter()):
                 del in_flight[ref]
-                reason = f"no result within {self.watchdog.describe(flight.job.config_key)}"
                 n = attempts[flight.job.index]
                 done(self._lost(flight, n, reason, "timeout", events, pending), flight.slot)
             self.times.collect_s += time.perf_counter() - t2

@@ -12,12 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-
-def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+from distsim.progress import clock
 
 
 @dataclass
@@ -42,14 +37,14 @@ class Progress:
         finished = self.done + self.failed
         left = self.total - self.skipped - finished
         elapsed = time.perf_counter() - self._t0
-        eta = _clock(elapsed / finished * left) if finished else "?"
+        eta = clock(elapsed / finished * left) if finished else "?"
         width = 24
         filled = int(width * (finished + self.skipped) / self.total) if self.total else width
         bar = "#" * filled + "." * (width - filled)
         resumed = f"  {self.skipped} resumed" if self.skipped else ""
         return (
             f"sweep [{bar}] {finished + self.skipped}/{self.total} done{resumed}  {self.running} running  "
-            f"{self.failed} failed  elapsed {_clock(elapsed)}  ETA {eta}"
+            f"{self.failed} failed  elapsed {clock(elapsed)}  ETA {eta}"
         )
 
     def update(

@@ -15,7 +15,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import pandas as pd
 from distsim import outputs
 from distsim.runner import claim, faults, store
 from distsim.runner.compose import Composer, compose_all, compose_key
+from distsim.runner.outcome import SweepOutcome
 from distsim.runner.plan import Job, SweepPlan
 from distsim.runner.pool import ActorPool, DriverTimes, PoolEvents
 from distsim.runner.progress import Progress
@@ -33,23 +33,6 @@ from distsim.runner.session import connect, probe, ray_initialised
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.table import report_text
 from distsim.runner.watchdog import Watchdog
-
-
-@dataclass
-class SweepOutcome:
-    sweep_dir: Path
-    results: pd.DataFrame
-    ranking: pd.DataFrame
-    total: int
-    ok: int
-    failed: int
-    resumed: int
-    workers: int
-    wall_s: float
-    times: DriverTimes = field(default_factory=DriverTimes)
-    replaced_workers: int = 0
-    exit_code: int = 0
-    parts: dict[str, tuple[str, ...]] | None = None  # each config's overrides, for labels
 
 
 class SweepInterrupted(KeyboardInterrupt):

@@ -12,7 +12,7 @@ from distsim.runner.ranking import Parts, common_overrides
 from distsim.runner.rows import retried_jobs
 
 if TYPE_CHECKING:
-    from distsim.runner.sweep import SweepOutcome
+    from distsim.runner.outcome import SweepOutcome
 
 
 def _num(x: object, digits: int = 3) -> str:

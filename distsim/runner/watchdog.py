@@ -9,8 +9,10 @@ The bound is ``runner.job_timeout_s`` when set. Null derives it from the sweep i
 differ by orders of magnitude between sweeps but hardly between the seeds of one configuration:
 ``K`` times the slowest finished job of the same configuration, and at least ``FLOOR_S``; while none of
 that configuration has finished, ``FIRST_S`` (a job longer than that needs an explicit setting). An
-attempt's clock starts when its actor is ready: start-up (seconds on a fresh Ray, longer while a cluster
-waits for resources) is Ray's to bound, and an actor that fails to start fails its call.
+attempt's clock starts when its actor is ready; start-up (seconds on a fresh Ray, longer while a cluster
+waits for resources) has its own bound, ``START_S``: a job whose actor has not started by then is lost the
+same way (its actor replaced, the job resubmitted), so a sweep never waits for ever on an actor Ray cannot
+place. An actor that fails to start fails its call.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 K = 10.0
 FLOOR_S = 60.0
 FIRST_S = 3600.0
+START_S = 900.0  # an actor's start: Ray's placement (a cluster may be scaling up) and the worker's imports
 KEY = "runner.job_timeout_s"
 
 

@@ -39,7 +39,7 @@ def attach_runtime_autoscaling(front: TypedFront, pools: Sequence[RuntimePoolSpe
         cluster.autoscaler = autoscaler
     front.record_listeners.append(autoscaler.request_recorded)
     autoscaler.units += len(front.runtimes)
-    autoscaler.also_active(front._active)
+    autoscaler.also_active(front.active)
     sides = {name: RuntimeSide(route) for name, route in front.routes.items()}
     added = []
     for spec in pools:

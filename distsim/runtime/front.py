@@ -66,9 +66,9 @@ class TypedFront(Intake):
     # ------------------------------------------------------------------ arrivals
     def feed(self, requests: Iterable[Request]) -> None:
         self._source = iter(requests)
-        self.cluster.board.start(self.cluster._active)
+        self.cluster.board.start(self.cluster.active)
         for route in self.routes.values():
-            route.board.start(self._active)
+            route.board.start(self.active)
         self._pull()
 
     def _pull(self) -> None:
@@ -76,7 +76,8 @@ class TypedFront(Intake):
         if self._exhausted:  # the cluster's scrapes and hedge timers stop on its own count once arrivals end
             self.cluster.end_arrivals()
 
-    def _active(self) -> bool:
+    def active(self) -> bool:
+        """Whether the front has anything left to do: arrivals to come, or requests not yet recorded."""
         return not self._exhausted or self.arrived > self.recorded
 
     def accept(self, now: int, req: Request) -> None:

@@ -13,6 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from distsim import command
 from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
 from distsim.errors import UserError
@@ -55,12 +56,17 @@ def main(cfg: DictConfig) -> float | None:
     finally:
         if session is not None:
             session.shutdown()
-    print(f"\nbest training score: {result.best_train_fitness:+.4f}  {' '.join(result.best_overrides)}")
-    print(f"policy written to {result.policy_yaml}")
+    try:
+        print(f"\nbest training score: {result.best_train_fitness:+.4f}  {' '.join(result.best_overrides)}")
+        print(f"policy written to {result.policy_yaml}")
+        sys.stdout.flush()
+    except UserError as err:  # a full or closed stdout (distsim.command): the files are written
+        print(f"distsim.search: {err}", file=sys.stderr)
+        sys.exit(2)
     return result.best_train_fitness
 
 
 if __name__ == "__main__":
     exit_if_unwritable("distsim.search", CONF_DIR / "search.yaml")  # before Hydra creates it, with a traceback
     install_hydra_entry("distsim.search")  # Hydra's compose and .hydra/ errors as one line, exit 2
-    main()
+    command.run("distsim.search", main)  # a full or closed stdout, and Ctrl-C, as one line

@@ -17,7 +17,7 @@ from typing import TextIO
 
 import pandas as pd
 
-from distsim.runner.progress import _clock as clock
+from distsim.progress import clock
 
 
 def resumed_jobs(results: pd.DataFrame) -> int:

@@ -28,7 +28,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from distsim.instance.kv_cache import _matched
+from distsim.instance.kv_cache import matched
 from distsim.signals.prefix_tree import KeyTree, Node
 
 
@@ -150,7 +150,7 @@ class PrefixIndex:
             nxt = mask & child.mask
             if not nxt:
                 break
-            m = _matched(child, keys, d, end)
+            m = matched(child, keys, d, end)
             if nxt != mask:
                 if run:
                     masks.append(mask)

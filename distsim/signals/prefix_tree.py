@@ -3,7 +3,7 @@
 One tree for the whole fleet. A node holds a run of consecutive keys of one prompt (a slice of it, kept as
 the node's own tuple) and ``mask``, the bitmask of the instances that hold every key of the run; keys are
 chained (each stands for its whole prefix, distsim.workload.keys), so a child is found by its first key and
-a request matches a node up to its last equal key (the instance cache's ``_matched``, same node layout).
+a request matches a node up to its last equal key (the instance cache's ``matched``, same node layout).
 Nodes split where a request diverges or ends inside a run, and where an instance's holding starts or ends
 inside one, so that ownership is the same for every key of a node. A node nobody holds stays while nodes
 below it are held (a *hole*: keys evicted head first leave the tail held, as in the per-key index) and
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from distsim.instance.kv_cache import _matched
+from distsim.instance.kv_cache import matched
 
 _LEAF: dict[Hashable, Node] = {}  # a leaf's children (shared, never written: a first child gets a new dict)
 
@@ -63,7 +63,7 @@ class KeyTree:
                 self.nodes += 1
                 path.append(child)
                 return path
-            m = _matched(child, keys, d, end)
+            m = matched(child, keys, d, end)
             if m < child.n:
                 child = self.split(child, m)
             path.append(child)

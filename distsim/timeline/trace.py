@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from distsim.instance.instance import Instance
     from distsim.instance.plan import StepPlan
     from distsim.metrics.columns import Table
-    from distsim.runtime.replica import RuntimeReplica
+    from distsim.protocols import BatchingReplica
 
 STEPS_TID = 1  # an instance's steps
 SERVING_ARGS = ("padding_us", "eager_us", "collectives_us", "sampler_us", "host_us")
@@ -201,7 +201,7 @@ class Timeline(ClusterListener):
                 out.add({"name": phase, "cat": "step", "ph": "X", "ts": begin, "dur": end - begin, "pid": pid,
                          "tid": STEPS_TID, "args": args})
 
-    def _runtime(self, out: _Events, replica: RuntimeReplica, end_us: int) -> None:
+    def _runtime(self, out: _Events, replica: BatchingReplica, end_us: int) -> None:
         """A batching-runtime replica: its batches that ended by the end of the run, a thread per slot."""
         pid = replica.index + 1
         lanes: list[int] = []  # each slot's last batch end

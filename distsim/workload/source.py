@@ -43,7 +43,8 @@ def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> Workload
     source = KINDS.get(cfg.kind)(cfg, seed, block_size)
     if cfg.get("mix") is None:  # every request an LLM request (the mix module is not even imported)
         return source
-    from distsim.workload.mix import MixedSource, resolve_mix
+    from distsim.workload.mix import resolve_mix
+    from distsim.workload.mixed import MixedSource
 
     mix = resolve_mix(cfg)  # request types (workload.mix); None: only LLM requests after all
     return source if mix is None else MixedSource(source, mix, seed)

@@ -121,14 +121,14 @@ def _coefficient_tables(report: Any) -> tuple[list[str], list[str]]:
 def host_section(folder: Path) -> str:
     """Per step class: the measured host-timed step less the GPU time (the stand-in's own host work: input
     copy, graph launch, read-back), beside the host terms fitted on the runs."""
-    from distsim.fidelity.steps.data import PRIMARY, _frame, step_class
+    from distsim.fidelity.steps.data import PRIMARY, read_frame, step_class
 
     rows = []
     for name in PRIMARY:
         path = folder / f"{name}.csv"
         if not path.is_file() or name == "moe_skew":
             continue
-        f = _frame(path)
+        f = read_frame(path)
         if "host_step_ms" not in f.columns:
             continue
         host = pd.to_numeric(f["host_step_ms"], errors="coerce") - f["measured_ms"]
@@ -218,13 +218,14 @@ def residual_section(folder: Path) -> str:
 
 def rtx_section() -> str:
     """The RTX runs (never fitted on) at the older roofline and at the shipped defaults (roofline3)."""
-    from distsim.validate import validate
+    from distsim.fidelity.validation import validate
 
     metrics = ("ttft_ms.mean", "tpot_ms.mean", "e2e_ms.mean", "e2e_ms.p99")
     shared = Path("..") / "shared" / "data" / "llmservingsim_bench"
     lines = ["| run | model | " + " | ".join(metrics) + " |", "|---|---|" + "---:|" * len(metrics)]
     for name in ("RTX4090_Llama-3.1-8B", "RTXPRO6000_Llama-3.1-8B"):
-        for label, o in (("roofline (older model)", PREVIOUS), ("roofline3 (shipped defaults)", [])):
+        # the bench runner pins temperature 0 (greedy sampling; scripts/fidelity_h100.py, RTX_CLIENT)
+        for label, o in (("roofline (older model)", PREVIOUS), ("roofline3 (shipped defaults)", ["cluster.latency.serving.sampler=greedy"])):
             c = validate(shared / name, o).comparison
             lines.append(f"| {name} | {label} | " + " | ".join(_signed(c[m].error_pct) for m in metrics) + " |")
     return "\n".join(lines)

@@ -1,7 +1,6 @@
 """``python -m distsim.fidelity.steps``: :func:`distsim.fidelity.steps.cli.main`."""
 
-import sys
-
+from distsim import command
 from distsim.fidelity.steps.cli import main
 
-sys.exit(main())
+command.run("distsim", main)  # a full or closed stdout, and Ctrl-C, as one line

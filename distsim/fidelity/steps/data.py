@@ -321,7 +321,7 @@ def _table(frame: pd.DataFrame, path: Path, name: str, model: ModelSpec, gpu: st
     return StepTable(name, model, rows, notes, gpu_of(frame, path, gpu), _tp(frame, path), GROUPS.get(name, ""))
 
 
-def _frame(path: Path) -> pd.DataFrame:
+def read_frame(path: Path) -> pd.DataFrame:
     frame = inputs.read_csv_frame(path)
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
@@ -345,7 +345,7 @@ def _model_path(root: Path, spec: str, path: Path) -> ModelSpec:
 def read_tables(path: Path, name: str, gpu: str | None = None) -> list[StepTable]:
     """The tables one primary file gives (``name`` is a key of :data:`PRIMARY`): one for most, two for
     Scout (FP8 and bf16 rows), one per model for moe_skew.csv."""
-    frame = _frame(path)
+    frame = read_frame(path)
     root = path.parent
     if name == "moe_skew":
         zipf = frame[frame["routing"].astype(str).str.strip() == "zipf"] if "routing" in frame.columns else frame

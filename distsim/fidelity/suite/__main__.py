@@ -1,7 +1,6 @@
 """``python -m distsim.fidelity.suite``: :func:`distsim.fidelity.suite.replay.main`."""
 
-import sys
-
+from distsim import command
 from distsim.fidelity.suite.replay import main
 
-sys.exit(main())
+command.run("distsim", main)  # a full or closed stdout, and Ctrl-C, as one line

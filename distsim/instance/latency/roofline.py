@@ -161,7 +161,7 @@ class RooflineLatency(LatencyModel):
         self._m_win_ptok = win_tok
         self._m_win_dseq = win_tok * m.sliding_window
 
-        self._a0, self._a_tok = _communication(m, hw, tp, ep_dp)
+        self._a0, self._a_tok = communication(m, hw, tp, ep_dp)
         self._layers = m.num_layers * float(k.layer_overhead_us)
         self._host = float(k.step_overhead_us)
         self._per_seq = float(k.sequence_overhead_us)
@@ -304,7 +304,7 @@ class RooflineLatency(LatencyModel):
         return out
 
 
-def _communication(m: Any, hw: Any, tp: int, ep_dp: int, latency_us: float = ALL_REDUCE_LATENCY_US) -> tuple[float, float]:
+def communication(m: Any, hw: Any, tp: int, ep_dp: int, latency_us: float = ALL_REDUCE_LATENCY_US) -> tuple[float, float]:
     """Collectives per step: a fixed part (us) and a part per token (us): TP's two all-reduces per layer,
     and with expert parallelism over ep_dp engines two all-to-alls per MoE layer; ``latency_us`` is the
     fixed time of one collective."""

@@ -73,8 +73,14 @@ from typing import Any
 from distsim.instance.latency import roofline
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
-from distsim.instance.latency.roofline import RooflineLatency, _communication
-from distsim.instance.latency.serving import SAMPLERS, ServingLayer, ServingSettings, settings_from
+from distsim.instance.latency.roofline import RooflineLatency, communication
+from distsim.instance.latency.serving import (
+    SAMPLERS,
+    ServingLayer,
+    ServingSettings,
+    sampler_path,
+    settings_from,
+)
 
 FP8_QUANT_CALL_US = 3.55  # micro_fp8_gemm.csv quant_us: fixed part of one per-token quantisation kernel
 FP8_QUANT_BYTES_PER_ELEMENT = 5.26  # and its part per input element, as bytes at the datasheet bandwidth
@@ -101,15 +107,16 @@ class Roofline3Coefficients:
     # collectives: no step table holds them (kernels only); the fixed time of one custom all-reduce,
     # fitted on the TP 2 and TP 4 runs with every other term frozen (python -m distsim.fidelity.runfit,
     # docs/data/h100_runfit.json)
-    all_reduce_latency_us: float = 3.554
+    all_reduce_latency_us: float = 1.122
     # and the fraction of the link's bandwidth its peer reads reach
     all_reduce_link_efficiency: float = 1.0
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
     # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
     eager_layer_overhead_us: float = 14.81
-    # sampling: vLLM's temperature sampling measured on an H100 (serving.SAMPLERS, the path
-    # cluster.latency.serving.sampler picks): a fixed time per step, bytes moved per logit of each
-    # sampled row, and the rows' worth of time its row-per-block kernels take at any batch
+    # sampling: vLLM's temperature sampling measured on an H100; the path cluster.latency.serving.sampler
+    # picks (by default the model's own, serving.sampler_path) replaces them with its measured terms
+    # (serving.SAMPLERS): a fixed time per step, bytes moved per logit of each sampled row, and the rows'
+    # worth of time its row-per-block kernels take at any batch
     sampler_call_us: float = 14.09
     sampler_bytes_per_logit: float = 49.09
     sampler_extra_rows: float = 18.7
@@ -266,7 +273,7 @@ class Roofline3Latency(RooflineLatency):
         )
         self._layers = units["layers"] * beta["layer"] + units["moe_layers"] * beta["moe_layer"] + units["quant_fixed"]
         # expert-parallel all-to-alls (the TP all-reduces are the serving layer's)
-        self._a0, self._a_tok = _communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
+        self._a0, self._a_tok = communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
         self.serving = ServingLayer(serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency)
         self._overlap = self.serving.overlap
         self._sample_row = m.vocab_size * k.sampler_bytes_per_logit / (hw.hbm_bw_tbps * 1e6) * beta["inv_me"]
@@ -559,6 +566,6 @@ def _build(cfg: Any, ctx: LatencyContext) -> Roofline3Latency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
     serving = settings_from(cfg)
     # the sampling path's measured terms, for those the config leaves null
-    path = dict(zip(SAMPLER_TERMS, SAMPLERS[serving.sampler]))
+    path = dict(zip(SAMPLER_TERMS, SAMPLERS[sampler_path(serving.sampler, ctx.model.name)]))
     defaults = replace(DEFAULTS, **{k: v for k, v in path.items() if cfg is None or cfg.get(k) is None})
     return Roofline3Latency(ctx, coefficients_from(cfg, defaults), serving)

@@ -31,7 +31,11 @@ Every threshold below is vLLM's, cited in docs/data/serving_sources.md:
 - **Sampling** (``sampler``): the sampler's passes over each sampled row's logits (float32
   conversion, temperature, softmax, a sort for top-k/top-p), priced as bytes per logit at the memory
   bandwidth over (rows + ``sampler_extra_rows``) rows, plus ``sampler_call_us`` per step; the three
-  measured per path (:data:`SAMPLERS`) unless set.
+  measured per path (:data:`SAMPLERS`) unless set. ``auto`` takes the path the model's own sampling
+  defaults select (:func:`sampler_path`): vLLM applies a model's generation_config.json to every request
+  that sets no sampling parameters (``--generation-config auto``, its default), a top-p or top-k there
+  sorts every row (vLLM's PyTorch-native path: its FlashInfer sampler is opt-in from 0.11 until 2026),
+  a temperature of 0 is greedy, none of them the temperature path.
 
 Detokenisation and streaming run in the API server process, beside the engine: they delay each token
 on its way to the client (``cluster.frontend.per_output_token_us``), not the engine's steps.
@@ -39,8 +43,11 @@ on its way to the client (``cluster.frontend.per_output_token_us``), not the eng
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from distsim.errors import ConfigError
@@ -66,6 +73,9 @@ SAMPLERS: dict[str, tuple[float, float, float]] = {
     "top_k_top_p": (105.75, 377.67, 13.15),  # topk_topp_sort: PyTorch's sort of each row, then the draw
     "greedy": (8.34, 11.66, 20.6),  # argmax
 }
+# cluster.latency.serving.sampler: a measured path, or auto (the model's generation defaults pick it)
+SAMPLER_CHOICES = (*SAMPLERS, "auto")
+GREEDY_TEMPERATURE = 1e-5  # vllm/v1/sample/sampler.py: below it a request samples greedily
 
 
 @dataclass(frozen=True)
@@ -77,7 +87,7 @@ class ServingSettings:
     host_overlap: bool | None = None  # null: engine.async_scheduling
     interconnect: str | None = None  # nvlink | pcie; null: nvlink when the GPU link beats the host link
     p2p: bool = True  # GPU peer-to-peer access (PCIe consumer cards may lack it)
-    sampler: str = "temperature"  # the sampling path: its measured terms unless set (SAMPLERS)
+    sampler: str = "auto"  # the sampling path (SAMPLERS: its measured terms unless set); auto: the model's defaults
 
 
 def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -102,13 +112,41 @@ def settings_from(cfg: Any, key: str = "cluster.latency.serving") -> ServingSett
         if not isinstance(value, bool):
             raise ConfigError(f"{key}.{name}", f"must be true or false (got {value!r})")
         out[name] = value
-    for name, allowed in (("interconnect", INTERCONNECTS), ("sampler", tuple(SAMPLERS))):
+    for name, allowed in (("interconnect", INTERCONNECTS), ("sampler", SAMPLER_CHOICES)):
         value = node.get(name)
         if value is not None:
             if value not in allowed:
                 raise ConfigError(f"{key}.{name}", f"must be one of {', '.join(allowed)} (got {value!r})")
             out[name] = value
     return ServingSettings(**out)
+
+
+@cache
+def _generation_defaults() -> dict[str, dict[str, Any]]:
+    ref = resources.files("distsim.catalog").joinpath("data", "generation_defaults.json")
+    return json.loads(ref.read_text(encoding="utf-8"))["models"]
+
+
+def generation_defaults(model_name: str) -> dict[str, Any] | None:
+    """The sampling defaults of a model's generation_config.json (catalog data), or None when unknown."""
+    key = model_name.strip().lower()
+    table = _generation_defaults()
+    return table.get(key) or table.get(key.rsplit("/", 1)[-1])
+
+
+def sampler_path(sampler: str, model_name: str) -> str:
+    """The sampling path a step takes: ``sampler`` itself, or for ``auto`` the one the model's
+    generation defaults select when requests set no sampling parameters (vLLM's Sampler: greedy below
+    a temperature of 1e-5, a top-k/top-p filter, a sort of every row, when top_p < 1 or top_k > 0,
+    else plain temperature sampling; a model without defaults samples at vLLM's temperature 1)."""
+    if sampler != "auto":
+        return sampler
+    gen = generation_defaults(model_name) or {}
+    if float(gen.get("temperature", 1.0)) < GREEDY_TEMPERATURE:
+        return "greedy"
+    if float(gen.get("top_p", 1.0)) < 1.0 or int(gen.get("top_k", 0)) > 0:
+        return "top_k_top_p"
+    return "temperature"
 
 
 def all_reduce_us(nbytes: float, tp: int, link_gbps: float, nvlink: bool, p2p: bool, custom: bool,

@@ -10,15 +10,15 @@ from distsim.policies.scorers.registry import SCORERS  # noqa: F401  (re-exporte
 from distsim.request import Request
 
 if TYPE_CHECKING:
-    from distsim.policies.weighted import WeightedParams
+    from distsim.policies.session_affinity import LoadGuardParams
     from distsim.signals.view import ClusterView
 
 
 class Scorer:
     reads_signals = False  # reads instance-reported signals (so live reads need pushes)
 
-    def __init__(self, params: WeightedParams):
-        self.params = params  # the weighted router's parameters (e.g. load_guard)
+    def __init__(self, params: LoadGuardParams):
+        self.params = params  # the weighted router's parameters (distsim.policies.weighted), of which scorers read load_guard
 
     def score(self, req: Request, view: ClusterView) -> np.ndarray:
         raise NotImplementedError

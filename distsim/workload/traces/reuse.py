@@ -96,4 +96,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from distsim import command
+
+    command.run("distsim", lambda: main(sys.argv[1:]))  # a full or closed stdout, and Ctrl-C, as one line
