@@ -52,6 +52,7 @@ class SignalBoard:
         # the first read of KV use, only the instances with a run in flight, by slot.
         self.kv_run = np.zeros(n, dtype=np.int64)
         self.holds_until = np.full(n, NEVER, dtype=np.int64)
+        self._earliest = NEVER  # at most holds_until.min(): a read before it has nothing to bring up to date
         self._following = False
         self._in_run: dict[int, RunSource] = {}
         self.cadence = settings.cadence
@@ -96,7 +97,7 @@ class SignalBoard:
                 return self.kv_used / self.kv_total
             if not self._following:
                 self._follow_runs(now)
-            else:
+            elif self._earliest < now:
                 self._advance_runs(now)
             return (self.kv_used + self.kv_run) / self.kv_total
         if name == "cache_hit_rate":
@@ -125,7 +126,11 @@ class SignalBoard:
     def _follow(self, inst: RunSource, slot: int, now: int) -> None:
         blocks, holds_until = inst.run_blocks_at(now)
         self.kv_run[slot] = blocks
-        self.holds_until[slot] = holds_until if holds_until >= 0 else NEVER  # -1: no later step takes a block
+        if holds_until < 0:  # no later step of the run takes a block
+            holds_until = NEVER
+        self.holds_until[slot] = holds_until
+        if holds_until < self._earliest:
+            self._earliest = holds_until
 
     def _follow_runs(self, now: int) -> None:
         """The first read of KV use: follow the runs in flight from now on (and every later one)."""
@@ -137,15 +142,13 @@ class SignalBoard:
     def _advance_runs(self, now: int) -> None:
         """Bring ``kv_run`` to ``now`` for the runs whose value changed since the last read."""
         holds = self.holds_until
-        changed = (holds < now).nonzero()[0]
-        if not changed.size:
-            return
         instances = self.instances
         kv_run = self.kv_run
-        for slot in changed.tolist():  # what _follow does, inlined (one call per run brought up to date)
+        for slot in (holds < now).nonzero()[0].tolist():  # what _follow does, inlined (one call per run)
             blocks, until = instances[slot].run_blocks_at(now)
             kv_run[slot] = blocks
             holds[slot] = until if until >= 0 else NEVER
+        self._earliest = int(holds[holds.argmin()])
 
     def _pull(self) -> None:
         """Read every instance's state (a scrape without pushes: a few fields per instance)."""
