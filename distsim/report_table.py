@@ -37,6 +37,8 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
         f"fitness       {_fmt(summary['fitness'], 4)}",
         f"simulated     {_fmt(summary['sim']['simulated_s'], 2)} s in {summary['sim']['events']:,} events (seed {summary['sim']['seed']})",
     ]
+    if "capacity" in summary:  # fitness.kind capacity: the rate found by bisection
+        lines.insert(-2, _capacity_line(summary["capacity"]))
     if "window" in summary:  # a measurement window: what the figures above count
         lines.insert(-1, _window_line(summary["window"]))
     for name, pool in summary.get("autoscale", {}).get("pools", {}).items():  # autoscaled pools
@@ -46,6 +48,16 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
     if out_dir:
         lines.append(f"outputs       {out_dir}")
     return "\n".join(lines)
+
+
+def _capacity_line(c: dict[str, Any]) -> str:
+    hi = "none failed" if c["bracket_rps"][1] is None else f"{_fmt(c['bracket_rps'][1], 2)} failed"
+    if c.get("at_roofline"):
+        hi = "met at the roofline: too few requests to tell"
+    return (
+        f"capacity      {_fmt(c['requests_per_s'], 2)} req/s with {c['share']:g} of requests meeting both SLOs ({hi};"
+        f" offered {_fmt(c['offered_rps'], 2)}, {c['runs']} runs)"
+    )
 
 
 def _window_line(w: dict[str, Any]) -> str:

@@ -145,6 +145,10 @@ def run(
     summary = m.summary
     if workload_summary is not None:
         summary["workload"] = workload_summary
+    if scenario.fitness.kind == "capacity":  # reruns the scenario at other loads (distsim.metrics.capacity)
+        from distsim.metrics.capacity import capacity
+
+        summary["capacity"] = capacity(scenario, summary, lambda trial: run(trial).summary)
     summary["fitness"] = compute_fitness(summary, scenario.fitness)
     del summary["_derived"]
     extra: dict[str, Any] = {}  # what the features add to the result (cells.parquet, timeline.json, ...)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -114,7 +115,9 @@ def test_async_scheduling_is_the_default_deterministic_and_changes_results_only_
     pd.testing.assert_frame_equal(a, simulate(load_config(TINY)).requests)  # on by default, as in vLLM 0.15 and 0.19
     off = simulate(load_config([*TINY, "cluster.engine.async_scheduling=false"])).requests
     assert (a["output_tokens"] == off["output_tokens"]).all()
-    assert a["ttft_ms"].mean() > off["ttft_ms"].mean()
+    # which way TTFT moves depends on the model: a token comes a step later, but the host time hidden
+    # behind the GPU step shortens every step (distsim/instance/latency/serving.py)
+    assert not np.array_equal(a["ttft_ms"].to_numpy(), off["ttft_ms"].to_numpy())
 
 
 def test_a_bad_value_names_the_key():

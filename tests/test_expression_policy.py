@@ -129,7 +129,8 @@ class FakeView:
         self.kv = rng.random(n)
         self.match = rng.integers(0, 4, n)
         self.age = float(rng.integers(0, 300))
-        self.facts = {"block_size": np.full(n, 16)}
+        self.facts = {"block_size": np.full(n, 16), "max_num_seqs": rng.integers(1, 64, n),
+                      "max_num_batched_tokens": rng.integers(256, 8192, n)}  # fmt: skip
 
     def __getattr__(self, name):
         if name in ("queue_depth", "running", "queued_tokens", "in_transit", "outstanding"):

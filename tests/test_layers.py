@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # output, the keys the user set and a typed merge: the ground every layer stands on
     ("base", ("distsim.errors", "distsim.registry", "distsim.validators", "distsim.request", "distsim.inputs",
               "distsim.outputs", "distsim.run_dir", "distsim.report_table", "distsim.provenance",
-              "distsim.typed_merge", "distsim.feature")),  # feature: the interface every cluster-level feature implements
+              "distsim.typed_merge", "distsim.feature",
+              "distsim.command")),  # command: every command's outer edge (a failing stdout, Ctrl-C)  # feature: the interface every cluster-level feature implements
     ("catalog", ("distsim.catalog",)),  # models, GPUs, MIG profiles, capacity arithmetic
     ("events", ("distsim.events",)),  # the clock, the heap, the random streams
     ("instance", ("distsim.instance",)),  # one vLLM engine, its parts, queues and step-time models

@@ -92,6 +92,7 @@ def _facts(instances: list[Instance], pool_of: list[PoolSpec], board: SignalBoar
         "price_usd_per_gpu_hour": np.array(price_per_hour(pool_of), dtype=np.float64),
         "total_kv_blocks": board.kv_total,
         "max_num_batched_tokens": np.array([inst.max_tokens for inst in instances], dtype=np.int64),
+        "max_num_seqs": np.array([inst.max_seqs for inst in instances], dtype=np.int64),
         "sm_fraction": np.array([s[0].profile.sm_fraction if s else 1.0 for s in slices], dtype=np.float64),
         "gpu_fraction": np.array([s[0].share[s[1]] if s else 1.0 for s in slices], dtype=np.float64),
     }

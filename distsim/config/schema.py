@@ -268,10 +268,13 @@ class PolicyConfig:
 class FitnessConfig:
     """One number per run, higher is better (see distsim.metrics.fitness)."""
 
-    kind: str = "goodput"  # goodput | weighted
-    per: str = "gpu"  # goodput: per gpu | dollar | none
+    kind: str = "goodput"  # goodput | capacity | weighted
+    per: str = "gpu"  # goodput, capacity: per gpu | dollar | none
     weights: dict[str, float] = field(default_factory=dict)  # weighted: metric -> weight ({}: defaults)
     refs: dict[str, float] = field(default_factory=dict)  # weighted: metric -> the value scoring 0.5
+    share: float = 0.9  # capacity: the share of requests that must meet both SLOs, in (0, 1]
+    tolerance: float = 0.02  # capacity: the bisection stops when hi / lo <= 1 + tolerance (> 0)
+    max_steps: int = 10  # capacity: at most this many runs besides the configured load's
 
 
 @dataclass

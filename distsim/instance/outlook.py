@@ -4,8 +4,8 @@
 output tokens it still has to generate, decoders counted to the step that has ended by then (a fast-forwarded
 run's steps included, without applying them); :func:`prefix_hit` is the prompt tokens a new request would
 find in the engine's prefix cache now. Both only read. The output lengths are the true ones, which no
-deployable router knows (INV-9): distsim.policies.oracle, a reference that shows how far a policy is from
-a clairvoyant one, is the only reader.
+deployable router knows (INV-9): distsim.policies.oracle, a clairvoyant greedy heuristic kept as a
+reference, is the only reader.
 """
 
 from __future__ import annotations

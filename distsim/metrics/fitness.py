@@ -6,6 +6,11 @@ all (``per: none``). Goodput is the figure serving papers (DistServe, Sarathi-Se
 routers optimise: it rewards throughput only while latency objectives hold, so a policy cannot win by
 overloading instances, and normalising by GPUs or dollars lets clusters of different sizes compare.
 
+``capacity`` (DistServe's goodput): the highest arrival rate at which at least ``share`` of the requests
+meet both SLOs, found by bisection on the rate over the same requests scaled in time
+(distsim.metrics.capacity), divided as goodput is. It tells apart policies that all meet the SLOs at the
+configured load.
+
 ``weighted`` (BLIS style): a weighted mean of metrics each mapped to [0, 1]: a higher-is-better
 metric x becomes x / (x + ref), a lower-is-better one ref / (ref + x), a share stays as it is; ``ref``
 is the value that scores 0.5 (the scale of "good"). Useful when the objective mixes latency and cost
@@ -14,6 +19,7 @@ and no single SLO captures it. Unknown metric names list the known ones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +37,17 @@ PER = ("gpu", "dollar", "none")
 
 @FITNESS.register("goodput")
 def goodput_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
-    rps = summary["goodput"]["requests_per_s"] or 0.0
+    return _divided(summary, summary["goodput"]["requests_per_s"] or 0.0, cfg.per)
+
+
+@FITNESS.register("capacity")
+def capacity_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
+    return _divided(summary, summary["capacity"]["requests_per_s"] or 0.0, cfg.per)
+
+
+def _divided(summary: dict[str, Any], rps: float, per: str) -> float:
+    """``rps`` per GPU, per dollar per hour of the fleet, or as it is (``per`` none)."""
     derived = summary["_derived"]
-    per = cfg.per
     if per == "gpu":
         return rps / derived["gpus"] if derived["gpus"] else 0.0
     if per == "dollar":
@@ -63,8 +77,10 @@ DEFAULT_WEIGHTS = {"slo_attainment": 1.0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0
 
 def check_fitness(cfg: FitnessSettings) -> None:
     """Raise a ConfigError for settings no fitness form accepts (run before simulating)."""
-    if cfg.kind == "goodput" and cfg.per not in PER:
+    if cfg.kind in ("goodput", "capacity") and cfg.per not in PER:
         raise ConfigError("fitness.per", f"must be {', '.join(PER[:-1])} or {PER[-1]} (got {cfg.per!r})")
+    if cfg.kind == "capacity":
+        check_capacity(cfg.share, cfg.tolerance, cfg.max_steps)
     if cfg.kind != "weighted":
         return
     weights = dict(cfg.weights or DEFAULT_WEIGHTS)
@@ -77,6 +93,16 @@ def check_fitness(cfg: FitnessSettings) -> None:
     for name, ref in (cfg.refs or {}).items():
         if ref is None or not ref > 0:
             raise ConfigError(f"fitness.refs.{name}", f"must be > 0 (got {ref})")
+
+
+def check_capacity(share: float, tolerance: float, max_steps: int) -> None:
+    """Raise a ConfigError for a share outside (0, 1], a tolerance <= 0 or fewer than 1 step."""
+    if not (isinstance(share, (int, float)) and 0 < share <= 1):
+        raise ConfigError("fitness.share", f"must be in (0, 1] (got {share!r})")
+    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
+        raise ConfigError("fitness.tolerance", f"must be a finite number > 0 (got {tolerance!r})")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigError("fitness.max_steps", f"must be an integer >= 1 (got {max_steps!r})")
 
 
 @FITNESS.register("weighted")

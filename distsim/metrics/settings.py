@@ -36,22 +36,28 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FitnessSettings:
-    """One number per run (distsim.metrics.fitness): ``kind`` goodput (``per`` gpu, dollar or none)
-    or weighted (metric ``weights`` and reference values ``refs``)."""
+    """One number per run (distsim.metrics.fitness): ``kind`` goodput (``per`` gpu, dollar or none),
+    capacity (as goodput, with the ``share`` of requests that must meet their SLOs, the bisection's
+    relative ``tolerance`` and its ``max_steps``) or weighted (metric ``weights`` and reference values ``refs``)."""
 
     kind: str = "goodput"
     per: str = "gpu"
     weights: dict[str, float] = field(default_factory=dict)
     refs: dict[str, float] = field(default_factory=dict)
+    share: float = 0.9
+    tolerance: float = 0.02
+    max_steps: int = 10
 
 
 def fitness(cfg: DictConfig) -> FitnessSettings:
     """``fitness.*``, checked against the fitness form's own rules (distsim.metrics.fitness)."""
     FITNESS.get(cfg.kind)
-    own = {"goodput": ("kind", "per"), "weighted": ("kind", "weights", "refs")}
+    own = {"goodput": ("kind", "per"), "weighted": ("kind", "weights", "refs"),
+           "capacity": ("kind", "per", "share", "tolerance", "max_steps")}  # fmt: skip
     if cfg.kind in own:
-        warn_unread(cfg, "fitness", own[cfg.kind], f"the fitness {cfg.kind!r} does not use it", {"per": "gpu"})
-    settings = FitnessSettings(str(cfg.kind), str(cfg.per), dict(cfg.weights or {}), dict(cfg.refs or {}))
+        warn_unread(cfg, "fitness", own[cfg.kind], f"the fitness {cfg.kind!r} does not use it", FitnessSettings())
+    settings = FitnessSettings(str(cfg.kind), str(cfg.per), dict(cfg.weights or {}), dict(cfg.refs or {}),
+                               cfg.get("share", 0.9), cfg.get("tolerance", 0.02), cfg.get("max_steps", 10))
     check_fitness(settings)
     return settings
 

@@ -1,4 +1,4 @@
-"""The oracle: a clairvoyant reference router, to show how far a deployable policy is from one that knows.
+"""The oracle: a clairvoyant greedy heuristic, a reference router that shows what knowing more buys.
 
 It is not deployable, and says so (``clairvoyant``): it reads what no real router can, the true output
 length of every request (INV-9 forbids that to every other policy) and each engine's exact state at the
@@ -14,9 +14,15 @@ with prefill chunks in order; decode-only stretches in one go), and picks the sm
 - ``e2e``: the request's own predicted completion; ``ttft``: its own predicted first token.
 
 What it does not foresee: later arrivals (they join the same batches), KV-cache pressure (preemptions) and
-the CPU KV tier, requests still in dispatch, windowed prefill batching. So it is greedy and myopic: a strong
-reference, not an optimum, and a policy may beat it on some run. The bound that no policy can beat is
-distsim.regret.bound (a per-request lower bound on TTFT and E2E).
+the CPU KV tier, requests still in dispatch, windowed prefill batching. So it is a greedy, myopic heuristic:
+not an optimum and not a bound; built-ins beat it on some scenarios (P/D, stale signals). What no policy can
+beat is distsim.regret.bound (a per-request lower bound on TTFT and E2E).
+
+Its cost: each decision runs two shadows per candidate, each as long as the engine's work lasts, so on
+long outputs (thousands of tokens: every running request outlives many decisions) or a deep queue it grows
+with the work held. ``horizon_s`` cuts each shadow at that much simulated time and goes on in closed form, every later step as
+long as the mean step so far (``_Shadow.stop``), so a decision costs at most the steps of the horizon; an
+exact tie goes to the candidate with the fewest tokens left at the horizon.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from distsim.instance.latency.base import StepShape
 from distsim.instance.outlook import outlook, prefix_hit
 from distsim.policies.base import ROUTERS, PolicyParams, Router
 from distsim.policies.choice import pick_min
-from distsim.validators import choice
+from distsim.validators import choice, number
 
 OBJECTIVES = ("marginal", "e2e", "ttft")
 
@@ -38,10 +44,13 @@ OBJECTIVES = ("marginal", "e2e", "ttft")
 @dataclass(frozen=True)
 class OracleParams(PolicyParams):
     objective: str | None = None  # marginal | e2e | ttft (null: marginal)
+    horizon_s: float | None = None  # each shadow stops this much simulated time ahead (null: when its work ends)
 
     def check(self, key: str) -> None:
         if self.objective is not None:
             choice(f"{key}.objective", self.objective, OBJECTIVES)
+        if self.horizon_s is not None:
+            number(f"{key}.horizon_s", self.horizon_s, low=0.0, strict=True)
 
 
 @ROUTERS.register("oracle")
@@ -52,6 +61,7 @@ class Oracle(Router):
     def __init__(self, params: OracleParams, ctx):
         super().__init__(params, ctx)
         self.objective = params.objective or "marginal"
+        self.horizon_us = None if params.horizon_s is None else max(1, int(round(params.horizon_s * 1e6)))
         self.sent: dict[int, list] = {}  # engine number -> requests routed there, maybe still on their way
 
     def route(self, req, view) -> int:
@@ -75,32 +85,53 @@ class Oracle(Router):
             hit = prefix_hit(inst, other)
             jobs.append((other.prompt_tokens - hit, other.output_tokens, hit))
         mine = jobs.pop()
-        first, done = shadow([*jobs, mine], inst.latency, inst.max_tokens, inst.max_seqs)
+        model, budget, seqs, horizon = inst.latency, inst.max_tokens, inst.max_seqs, self.horizon_us
+        s = run_shadow([*jobs, mine], model, budget, seqs, horizon)
+        tie = s.backlog / (s.backlog + 1.0)  # < 1 us: orders only exact ties (times are whole microseconds)
         if self.objective == "ttft":
-            return first[-1]
+            return s.first[-1] + tie
         if self.objective == "e2e":
-            return done[-1]
-        _, before = shadow(jobs, inst.latency, inst.max_tokens, inst.max_seqs)
-        return sum(done) - sum(before)
+            return s.done[-1] + tie
+        before = run_shadow(jobs, model, budget, seqs, horizon)
+        return sum(s.done) - sum(before.done) + tie
 
 
-def shadow(jobs: list[tuple[int, int, int]], model, budget: int, max_seqs: int) -> tuple[list[int], list[int]]:
+def shadow(
+    jobs: list[tuple[int, int, int]], model, budget: int, max_seqs: int, horizon_us: int | None = None
+) -> tuple[list[int], list[int]]:
     """Each job's first-token and last-token time (microseconds from now) when an engine with step-time
     ``model`` serves ``jobs`` (prompt tokens to compute, tokens to generate, KV tokens computed) in order,
-    nothing else arriving. A job with no prompt left is decoding (its first token is out: time 0)."""
+    nothing else arriving. A job with no prompt left is decoding (its first token is out: time 0). With
+    ``horizon_us``, times past it are extrapolated (``_Shadow.stop``)."""
+    s = run_shadow(jobs, model, budget, max_seqs, horizon_us)
+    return s.first, s.done
+
+
+def run_shadow(jobs: list[tuple[int, int, int]], model, budget: int, max_seqs: int, horizon_us: int | None) -> _Shadow:
+    """The shadow (see :func:`shadow`), run to the end of its work or to ``horizon_us``."""
     s = _Shadow(jobs)
+    end = horizon_us if horizon_us is not None else -1
     while s.decoders or s.prefilling or s.waiting < len(jobs):
+        if s.t >= end >= 0:
+            s.stop(budget, max_seqs)
+            break
         s.admit(max_seqs)
         room = budget - len(s.decoders)
         if s.prefilling and room > 0:
             s.prefill_step(room, model)
-        else:  # decode only, up to the earliest finish
+        else:  # decode only, up to the earliest finish (or the step that crosses the horizon)
             k = s.decoders[0][0] - s.steps
-            s.t += int(model.decode_steps_us(len(s.decoders), s.ctx_sum, k).sum())
+            steps = model.decode_steps_us(len(s.decoders), s.ctx_sum, k)
+            if end >= 0:
+                ends = np.cumsum(steps)
+                k = min(k, int(np.searchsorted(ends, end - s.t)) + 1)
+                s.t += int(ends[k - 1])
+            else:
+                s.t += int(steps.sum())
             s.ctx_sum += len(s.decoders) * k
             s.steps += k
         s.finish()
-    return s.first, s.done
+    return s
 
 
 class _Shadow:
@@ -119,6 +150,29 @@ class _Shadow:
         self.prefilling: list[int] = []
         self.waiting = 0  # the next job not yet admitted
         self.t = self.steps = self.ctx_sum = 0
+        self.backlog = 0  # tokens left to serve when stopped at a horizon (0: the work ran out)
+
+    def stop(self, budget: int, max_seqs: int) -> None:
+        """Cut at the horizon and go on in closed form, every step as long as the mean step so far: a
+        running request ends after the steps it has left; a prompt being computed takes its chunks of
+        ``budget`` tokens, then its output; a waiting request starts when a running one ends (at most
+        ``max_seqs`` at once, in order). ``backlog`` counts the tokens left in all."""
+        step = self.t / max(self.steps, 1)
+        ends = [self.t + (fin - self.steps) * step for fin, _, _, _ in self.decoders]
+        for fin, i, _, _ in self.decoders:
+            self.done[i] = int(self.t + (fin - self.steps) * step)
+            self.backlog += fin - self.steps
+        queue = [*self.prefilling, *range(self.waiting, len(self.jobs))]
+        heapq.heapify(ends)
+        for i in queue:
+            start = heapq.heappop(ends) if len(ends) >= max_seqs else float(self.t)
+            first = start + -(-self.todo[i] // budget) * step
+            if self.first[i] < 0:
+                self.first[i] = int(first)
+            end = first + max(self.left[i] - 1, 0) * step
+            self.done[i] = int(end)
+            self.backlog += self.todo[i] + self.left[i]
+            heapq.heappush(ends, end)
 
     def admit(self, max_seqs: int) -> None:
         while self.waiting < len(self.jobs) and len(self.decoders) + len(self.prefilling) < max_seqs:

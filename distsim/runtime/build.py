@@ -43,6 +43,7 @@ def _route(name: str, replicas: list[RuntimeReplica], policy: PolicySettings, si
         "price_usd_per_gpu_hour": np.array([r.pool.hardware.price_usd_per_gpu_hour for r in replicas], dtype=np.float64),
         "total_kv_blocks": board.kv_total,
         "max_num_batched_tokens": np.array([r.pool.max_batch_size for r in replicas], dtype=np.int64),
+        "max_num_seqs": np.array([r.pool.max_batch_size for r in replicas], dtype=np.int64),
         "sm_fraction": ones, "gpu_fraction": ones,
     }
     routing = policy.routing

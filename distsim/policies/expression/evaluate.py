@@ -42,6 +42,11 @@ def _f(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
+def _per(s: Signals, name: str, limit: str) -> np.ndarray:
+    """Terminal ``name`` over the instance's engine ``limit`` (a static fact: max_num_seqs, max_num_batched_tokens)."""
+    return s[name] / _f(s.view.facts[limit])
+
+
 def _prefix_tokens(s: Signals) -> np.ndarray:
     block = s.view.facts.get("block_size")
     if block is None:  # a view without block sizes: the share of the prompt
@@ -64,6 +69,10 @@ _READ: dict[str, Callable[[Signals], object]] = {
     "running": lambda s: _f(s.view.running()),
     "queued_tokens": lambda s: _f(s.view.queued_tokens()),
     "kv_use": lambda s: _f(s.view.kv_utilization()),
+    "queue_frac": lambda s: _per(s, "queue_depth", "max_num_seqs"),
+    "running_frac": lambda s: _per(s, "running", "max_num_seqs"),
+    "queued_tokens_frac": lambda s: _per(s, "queued_tokens", "max_num_batched_tokens"),
+    "outstanding_frac": lambda s: _per(s, "outstanding", "max_num_seqs"),
     "in_transit": lambda s: _f(s.view.in_transit()),
     "outstanding": lambda s: _f(s.view.outstanding()),
     "prefix_tokens": _prefix_tokens,

@@ -1,5 +1,10 @@
 """The expression language's grammar: one table of typed terminals and one of typed operators.
 
+Engine-normalised terminals (``*_frac``, ``kv_use``, ``prefix_share``) divide a count by the instance's own
+limit (max_num_seqs, max_num_batched_tokens, its KV blocks, the prompt's blocks), so an expression learned on
+engines of 16 sequences reads the same on engines of 256: ``queue_frac > 0.5`` is "half a batch waiting"
+on both, where ``queue_depth > 8`` is a different threshold on each.
+
 Two types: ``Num`` (a float per candidate instance, or one float broadcast to all) and ``Bool`` (a
 condition per instance). An expression of type ``Num`` scores every candidate; the router takes the
 highest. Everything that reads, evaluates, prints, writes as numpy code or evolves expressions
@@ -47,8 +52,13 @@ TERMINALS: tuple[TerminalSpec, ...] = (
     TerminalSpec("running", Num, "signal", "requests in the instance's running batch"),
     TerminalSpec("queued_tokens", Num, "signal", "prompt tokens waiting in the instance's queue"),
     TerminalSpec("kv_use", Num, "signal", "share of the instance's KV blocks in use (0..1)"),
+    TerminalSpec("queue_frac", Num, "signal", "requests waiting over the instance's max_num_seqs (batches queued)"),
+    TerminalSpec("running_frac", Num, "signal", "requests running over the instance's max_num_seqs (0..1)"),
+    TerminalSpec("queued_tokens_frac", Num, "signal",
+                 "prompt tokens waiting over the instance's max_num_batched_tokens (token budgets queued)"),
     TerminalSpec("in_transit", Num, "router", "requests routed to the instance, not yet in its queue"),
     TerminalSpec("outstanding", Num, "router", "requests routed to the instance, not yet finished"),
+    TerminalSpec("outstanding_frac", Num, "router", "requests routed there, not yet finished, over its max_num_seqs"),
     TerminalSpec("prefix_tokens", Num, "prefix", "prompt tokens of this request in blocks the instance holds"),
     TerminalSpec("prefix_share", Num, "prefix", "share of this request's prompt blocks the instance holds (0..1)"),
     TerminalSpec("prompt_tokens", Num, "request", "this request's prompt length"),
