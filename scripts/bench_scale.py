@@ -2,14 +2,16 @@
 
 Every case runs in a fresh child process (so peak memory is its own) on one scenario: the
 `large` cluster (H100, Llama-3.1-70B at TP4) with `cluster.instances` set, the default workload
-(ShareGPT-like lengths, shared system prompts) at 10 requests per second per instance, fresh signals.
+(ShareGPT-like lengths, shared system prompts) at 10 requests per second per instance (the headline also
+at 2, closer to how fleets are sized, where a decision's fixed costs weigh more), fresh signals.
 The child times the whole process (imports, compose, workload, simulation; outputs are not written)
 and, by wrapping every registered router's ``route``, the CPU time spent deciding inside the run, and
 by wrapping the router's prefix index, the CPU seconds of its ``record`` and ``match`` calls (record+match).
 
-    python scripts/bench_scale.py headline                 # 1,000 instances, 1,000,000 requests: round_robin vs weighted
+    python scripts/bench_scale.py headline                 # 1,000 instances, 1,000,000 requests: round_robin vs weighted, 10,000 and 2,000 req/s
+    python scripts/bench_scale.py headline --rates 2       # only the 2,000 req/s row
     python scripts/bench_scale.py policies                 # every conf/policy at 1,000 instances, 100,000 requests
-    python scripts/bench_scale.py policies --only weighted # round_robin and the policies named
+    python scripts/bench_scale.py policies --only weighted # round_robin and the policies named (--rates 10,2: both loads)
     python scripts/bench_scale.py decisions                # us per routing decision by policy and fleet size
     python scripts/bench_scale.py all --record             # all three, appended to scripts/results/bench_scale.txt
     python scripts/bench_scale.py memory                   # bytes per instance, request, cached block; RSS by phase
@@ -35,14 +37,14 @@ RESULTS = ROOT / "scripts" / "results" / "bench_scale.txt"
 DECISION_POLICIES = ("round_robin", "least_loaded", "prefix_affinity", "weighted")
 
 
-def overrides(policy: str, instances: int, requests: int) -> list[str]:
+def overrides(policy: str, instances: int, requests: int, per_instance: float = 10.0) -> list[str]:
     return [
         "cluster=large",
         f"cluster.instances={instances}",
         f"policy={policy}",
         "signals=fresh",
         f"workload.num_requests={requests}",
-        f"workload.arrival.rate_rps={10.0 * instances}",
+        f"workload.arrival.rate_rps={per_instance * instances}",
         "seed=0",
     ]
 
@@ -122,8 +124,9 @@ def child(spec: dict) -> dict:
     return out
 
 
-def run_child(policy: str, instances: int, requests: int, time_decisions: bool = False) -> dict:
-    return spawn({"overrides": overrides(policy, instances, requests), "time_decisions": time_decisions}, policy, instances)
+def run_child(policy: str, instances: int, requests: int, time_decisions: bool = False, per_instance: float = 10.0) -> dict:
+    spec = {"overrides": overrides(policy, instances, requests, per_instance), "time_decisions": time_decisions}
+    return spawn(spec, policy, instances)
 
 
 def spawn(spec: dict, policy: str, instances: int) -> dict:
@@ -137,7 +140,7 @@ def spawn(spec: dict, policy: str, instances: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- tables
-def policy_table(title: str, names: list[str], requests: int) -> list[str]:
+def policy_table(title: str, names: list[str], requests: int, per_instance: float = 10.0) -> list[str]:
     """Each policy at 1,000 instances, the first (round_robin) as the baseline of the same table."""
     lines = [title]
     lines.append(
@@ -147,7 +150,7 @@ def policy_table(title: str, names: list[str], requests: int) -> list[str]:
     )
     base = None
     for policy in names:
-        r = run_child(policy, 1000, requests, time_decisions=True)
+        r = run_child(policy, 1000, requests, time_decisions=True, per_instance=per_instance)
         base = base or r["process_cpu_s"]
         per = r["us_per_decision"]
         lines.append(
@@ -160,18 +163,26 @@ def policy_table(title: str, names: list[str], requests: int) -> list[str]:
     return lines
 
 
-def headline(requests: int) -> list[str]:
-    title = f"1,000 instances, {requests:,} requests, fresh signals (whole process, outputs not written)"
-    return policy_table(title, ["round_robin", "weighted"], requests)
+def headline(requests: int, rates: tuple[float, ...] = (10.0, 2.0)) -> list[str]:
+    """Round robin against weighted at each load (requests per second per instance)."""
+    lines: list[str] = []
+    for rate in rates:
+        title = (f"1,000 instances, {requests:,} requests at {rate * 1000:,.0f} req/s, fresh signals"
+                 " (whole process, outputs not written)")
+        lines += policy_table(title, ["round_robin", "weighted"], requests, rate)
+    return lines
 
 
-def policies(requests: int, only: str = "") -> list[str]:
+def policies(requests: int, only: str = "", rates: tuple[float, ...] = (10.0,)) -> list[str]:
     names = sorted(p.stem for p in (ROOT / "conf" / "policy").glob("*.yaml") if p.stem != "round_robin")
     if only:
         names = [name for name in names if name in only.split(",")]
     which = "policies" if only else "every policy"
-    title = f"{which}, 1,000 instances, {requests:,} requests, fresh signals (whole process)"
-    return policy_table(title, ["round_robin", *names], requests)
+    lines: list[str] = []
+    for rate in rates:
+        title = f"{which}, 1,000 instances, {requests:,} requests at {rate * 1000:,.0f} req/s, fresh signals (whole process)"
+        lines += policy_table(title, ["round_robin", *names], requests, rate)
+    return lines
 
 
 def decisions(requests: int) -> list[str]:
@@ -190,6 +201,7 @@ def main() -> None:
     ap.add_argument("what", nargs="?", choices=["headline", "policies", "decisions", "memory", "all"], default="all")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--headline-requests", type=int, default=1_000_000)
+    ap.add_argument("--rates", default="10,2", help="headline and policies: requests per second per instance, comma-separated")
     ap.add_argument("--policy-requests", type=int, default=100_000)
     ap.add_argument("--decision-requests", type=int, default=20_000)
     ap.add_argument("--only", default="", help="policies: these (comma-separated) beside round_robin")
@@ -202,11 +214,12 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
+    rates = tuple(float(r) for r in args.rates.split(","))
     lines = [f"# {datetime.date.today()} {platform.machine()} python {platform.python_version()} {args.note}".rstrip()]
     if args.what in ("headline", "all"):
-        lines += headline(args.headline_requests) + [""]
+        lines += headline(args.headline_requests, rates) + [""]
     if args.what in ("policies", "all"):
-        lines += policies(args.policy_requests, args.only) + [""]
+        lines += policies(args.policy_requests, args.only, rates) + [""]
     if args.what in ("decisions", "all"):
         lines += decisions(args.decision_requests) + [""]
     if args.what == "memory":

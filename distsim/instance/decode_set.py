@@ -10,6 +10,8 @@ A decoder is never touched per step. With ``c`` the number of steps the instance
 
 So the set keeps the count, the sum of ``r`` (the batch's context at step ``c`` is ``sum_r + count * c``),
 the count per ``r % block_size`` (the blocks step ``s`` needs are one lookup) and a heap of finish steps.
+Live KV signals ask for a run's next block boundary at every read that crosses one; the set answers
+with one bytes search over the occupied phases, made again only when a decoder joins or leaves.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def ceil_div(a: int, b: int) -> int:
 class DecodeSet:
     """Count, summed context base, count per block-boundary phase and finish heap of the decoders."""
 
-    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap")
+    __slots__ = ("bs", "count", "ctx_base", "phase_counts", "finish_heap", "_occupied")
 
     def __init__(self, block_size: int):
         self.bs = block_size
@@ -43,6 +45,7 @@ class DecodeSet:
         self.phase_counts = [0] * block_size  # decoders by (prompt + decode_offset) % block_size
         # (finish step, request id, decode epoch, request); an entry whose epoch is not the request's is stale
         self.finish_heap: list[tuple[int, int, int, Request]] = []
+        self._occupied: bytes | None = None  # byte p is 1 iff phase_counts[p] (None: stale)
 
     def join(self, req: Request, step: int) -> None:
         """``req`` decodes from step ``step`` on, having generated ``req.generated`` tokens before it."""
@@ -53,6 +56,7 @@ class DecodeSet:
         self.count += 1
         self.ctx_base += r
         self.phase_counts[r % self.bs] += 1
+        self._occupied = None
         seq.decode_epoch = epoch = seq.decode_epoch + 1
         heappush(self.finish_heap, (req.output_tokens - 1 - offset, req.request_id, epoch, req))
 
@@ -63,6 +67,7 @@ class DecodeSet:
         self.count -= 1
         self.ctx_base -= r
         self.phase_counts[r % self.bs] -= 1
+        self._occupied = None
         seq.decode_epoch += 1
 
     def finished_by(self, last: int) -> list[Request]:
@@ -100,14 +105,24 @@ class DecodeSet:
 
     def next_need(self, c: int, limit: int) -> int:
         """How many of steps c .. c+limit-1 come before the first that needs a block (-1: none does)."""
-        counts = self.phase_counts
-        bs = self.bs
-        phase = (1 - c) % bs  # step c + j needs counts[(1 - c - j) % bs]
-        for j in range(limit if limit < bs else bs):  # the phases repeat every bs steps
-            if counts[phase]:
-                return j
-            phase = phase - 1 if phase else bs - 1
-        return -1
+        occupied = self._occupied
+        if occupied is None:  # made again after a join or leave (between runs, never during one)
+            self._occupied = occupied = bytes(map(bool, self.phase_counts))
+        phase = (1 - c) % self.bs  # step c + j needs counts[(1 - c - j) % bs]: phases counting down from here
+        found = occupied.rfind(1, 0, phase + 1)
+        if found >= 0:
+            j = phase - found
+        else:  # past phase 0 the count-down wraps to bs - 1
+            found = occupied.rfind(1)
+            if found < 0:
+                return -1
+            j = phase + self.bs - found
+        return j if j < limit else -1
+
+    def taken_and_next(self, first: int, started: int, last: int) -> tuple[int, int]:
+        """``block_need(first, started)`` and ``next_need(first + started, last - started)`` in one call
+        (a live KV read asks both for every run whose value it brings up to date)."""
+        return (self.block_need(first, started) if started else 0), self.next_need(first + started, last - started)
 
     def run_length(self, c: int, available: int) -> int:
         """How many decode-only steps can run from step ``c`` before anyone finishes or the ``available``

@@ -26,6 +26,7 @@ distsim.instance.checks).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -481,11 +482,14 @@ class Instance(Scheduler):
         that takes a block (a step takes its blocks when the one before it ends), -1 when no later step
         of the run takes one. A cut only shortens the run, so a value stays right until it is applied."""
         plan = self.plan
-        started = plan.steps_started_after_first(now)
-        dec = self.decoders
-        first = plan.start + 1
-        ahead = dec.next_need(first + started, plan.steps - 1 - started)
-        return (dec.block_need(first, started) if started else 0), (plan.ends_us[started + ahead] if ahead >= 0 else -1)
+        ends = plan.ends_us
+        last = plan.steps - 1
+        # plan.steps_started_after_first(now), inlined: every read that crosses a block boundary asks
+        started = 0 if ends is None or last <= 0 else bisect_left(ends, now)
+        if started > last:
+            started = last
+        taken, ahead = self.decoders.taken_and_next(plan.start + 1, started, last)
+        return taken, (ends[started + ahead] if ahead >= 0 else -1)
 
     # ------------------------------------------------------------------ end of simulation
     def settle(self, horizon: int) -> None:

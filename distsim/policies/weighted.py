@@ -55,8 +55,11 @@ class Weighted(Router):
         return params.weights().get("prefix_affinity", 0) > 0
 
     def route(self, req, view) -> int:
-        total = np.zeros(view.n, dtype=np.float64)
-        for scorer, w in self.scorers:
+        scorers = self.scorers
+        first, w = scorers[0]
+        # the first weighted score is the sum so far (0.0 + x == x: scores are never -0.0), one copy less
+        total = np.multiply(first.score(req, view), w, dtype=np.float64)
+        for scorer, w in scorers[1:]:
             total += w * scorer.score(req, view)
         self.last_scores = total
         return pick_max(total, self.ctx.rng)

@@ -108,9 +108,13 @@ class PrefixIndex:
             return np.zeros(self.n, dtype=np.int64)
         # one unpack for every run's mask: a (runs x instances) 0/1 matrix, weighted by the run lengths
         nbytes = self._nbytes
-        raw = np.frombuffer(b"".join(m.to_bytes(nbytes, "little") for m in masks), dtype=np.uint8)
-        bits = np.unpackbits(raw.reshape(len(masks), nbytes), axis=1, bitorder="little")[:, : self.n]
-        lengths = np.asarray(runs, dtype=np.int64) @ bits
+        if len(masks) == 1:  # the common case (one set of holders): no matrix, one unpack and a multiply
+            raw = np.frombuffer(masks[0].to_bytes(nbytes, "little"), dtype=np.uint8)
+            lengths = np.unpackbits(raw, bitorder="little")[: self.n] * np.int64(runs[0])
+        else:
+            raw = np.frombuffer(b"".join(m.to_bytes(nbytes, "little") for m in masks), dtype=np.uint8)
+            bits = np.unpackbits(raw.reshape(len(masks), nbytes), axis=1, bitorder="little")[:, : self.n]
+            lengths = np.asarray(runs, dtype=np.int64) @ bits
         return lengths * self.stride if self.stride > 1 else lengths
 
     def keys(self, instance: int) -> list[Hashable]:
