@@ -88,13 +88,20 @@ class ActorPool:
         return actor
 
     def _replace(self, slot: int) -> None:
+        """Kill the slot's actor; its successor is made when the slot next takes a job (``_actor``), so a
+        sweep that ends here leaves no actor starting behind it (one Ray may still place after the kill)."""
         import ray
 
         ray.kill(self._actors[slot], no_restart=True)
         self._booting = {ref: s for ref, s in self._booting.items() if s != slot}
         self._ready.discard(slot)
-        self._actors[slot] = self._new_actor(slot)
+        self._actors[slot] = None
         self.replaced += 1
+
+    def _actor(self, slot: int) -> Any:
+        if self._actors[slot] is None:
+            self._actors[slot] = self._new_actor(slot)
+        return self._actors[slot]
 
     def _lost(
         self, flight: Flight, attempts: int, reason: str, kind: str, events: PoolEvents, pending: deque[Job]
@@ -178,7 +185,7 @@ class ActorPool:
             while idle and pending:
                 slot, job = idle.pop(), pending.popleft()
                 attempts[job.index] += 1
-                ref = self._actors[slot].run.remote(job, self.sweep_dir, [self.config_refs[key_of(job)]])
+                ref = self._actor(slot).run.remote(job, self.sweep_dir, [self.config_refs[key_of(job)]])
                 in_flight[ref] = Flight(slot, job, t0 if slot in self._ready else None)
             t1 = time.perf_counter()
             self.times.submit_s += t1 - t0
@@ -201,5 +208,6 @@ class ActorPool:
         import ray
 
         for actor in self._actors:
-            ray.kill(actor, no_restart=True)
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
         self._actors = []
