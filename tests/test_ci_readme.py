@@ -1,5 +1,6 @@
-"""CI runs the README's set-up commands as written (.ci/run reads them from the README's marked block),
-and plain ``pytest`` tests this checkout: a newcomer's first commands are the ones CI proves."""
+"""CI runs the README's set-up commands as written (.ci/run holds them and checks them against the README's
+marked block before it runs), and plain ``pytest`` tests this checkout: a newcomer's first commands are the
+ones CI proves."""
 
 from __future__ import annotations
 
