@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from distsim.fidelity.metrics import WHOLE_RUN
 from distsim.fidelity.suite.data import Suite, SuiteRun, read_suite
-from distsim.fidelity.suite.metrics import WHOLE_RUN
 
 
 def _whole_run(suite: Suite, run: SuiteRun) -> pd.Series:

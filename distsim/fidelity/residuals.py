@@ -23,8 +23,8 @@ import pandas as pd
 
 from distsim import outputs
 from distsim.errors import UserError
+from distsim.fidelity.metrics import WHOLE_RUN, stage_metrics
 from distsim.fidelity.suite.data import read_suite
-from distsim.fidelity.suite.metrics import WHOLE_RUN, stage_metrics
 from distsim.fidelity.suite.replay import suite_config
 from distsim.metrics.tables import SERVING_COLUMNS
 from distsim.simulate import simulate
