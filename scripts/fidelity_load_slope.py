@@ -67,7 +67,7 @@ def medians_lines(suite: Suite, tables: dict[str, pd.DataFrame]) -> list[str]:
     lines = ["| replay | mean E2E | mean TTFT | mean ITL | slopes within 20% |", "|---|---:|---:|---:|---:|"]
     for name, table in tables.items():
         med = runfit.medians(table)
-        slopes = runfit.load_slopes(table, suite)
+        slopes = runfit.load_slopes(table, runfit.stage_rates(suite))
         within = int((slopes["error_pct"].abs() <= 20).sum())
         lines.append(f"| {name} | {med['e2e_mean']:.1f}% | {med['ttft_mean']:.1f}% | {med['itl_mean']:.1f}% "
                      f"| {within} of {len(slopes)} |")
@@ -75,7 +75,7 @@ def medians_lines(suite: Suite, tables: dict[str, pd.DataFrame]) -> list[str]:
 
 
 def slope_lines(suite: Suite, tables: dict[str, pd.DataFrame]) -> list[str]:
-    slopes = {name: runfit.load_slopes(t, suite).set_index(["run", "metric"]) for name, t in tables.items()}
+    slopes = {name: runfit.load_slopes(t, runfit.stage_rates(suite)).set_index(["run", "metric"]) for name, t in tables.items()}
     first = next(iter(slopes.values()))
     lines = ["| run | model | rates (req/s) | figure | measured (ms per req/s) | " + " | ".join(tables) + " |",
              "|---|---|---|---|---:|" + "---:|" * len(tables)]

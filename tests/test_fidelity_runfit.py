@@ -42,7 +42,7 @@ def test_load_slope_of_a_two_rate_run():
     rows = [("60", "m", 0, "itl_mean", 17.0, 18.0), ("60", "m", 1, "itl_mean", 18.75, 21.5),
             ("60", "m", 0, "ttft_mean", 50.0, 50.0), ("60", "m", 1, "ttft_mean", 53.5, 50.0),
             ("66", "m", 0, "itl_mean", 7.0, 7.0)]  # one rate: no slope
-    s = runfit.load_slopes(table(rows), suite).set_index("metric")
+    s = runfit.load_slopes(table(rows), runfit.stage_rates(suite)).set_index("metric")
     assert list(s["run"]) == ["60", "60"]
     assert s.loc["itl_mean", "measured"] == pytest.approx(0.5) and s.loc["itl_mean", "simulated"] == pytest.approx(1.0)
     assert s.loc["itl_mean", "error_pct"] == pytest.approx(100.0)
@@ -62,7 +62,7 @@ def test_fit_on_two_short_runs_lowers_the_objective():
     suite = read_suite(RUNS)
     over = ["cluster.latency.kind=roofline3", "workload.num_requests=150"]
     with ReplayPool(over, workers=1) as pool:
-        runs = runfit.Runs(suite, pool, ["66", "67"])
+        runs = runfit.Runs.of_suite(suite, pool, ["66", "67"])
         start = {**runfit.start_values(over), "cluster.latency.step_overhead_us": 3000.0}
         fit = runfit.fit(runs, start, iterations=1)
     assert fit.best.objective <= fit.start.objective

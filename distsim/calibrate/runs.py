@@ -15,7 +15,6 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
@@ -41,22 +40,13 @@ def measured_figures(run: MeasuredRun) -> dict[tuple[int, str], float]:
     return {(int(s), str(m)): float(v) for s, m, v in table.itertuples(index=False) if math.isfinite(v)}
 
 
-class RequestRuns(runfit.Runs):
+def request_runs(runs: Sequence[MeasuredRun], pool: ReplayPool) -> runfit.Runs:
     """:class:`distsim.fidelity.runfit.Runs` over runs with per-request times."""
-
-    def __init__(self, runs: Sequence[MeasuredRun], pool: ReplayPool):
-        names = [r.id for r in runs]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise UserError(f"two runs are named {twice[0]}: give runs with different names")
-        self.suite, self.pool = SimpleNamespace(runs=[]), pool
-        self.runs, self.skipped = list(runs), []
-        self.measured = {r.id: measured_figures(r) for r in self.runs}
-        counts: dict[str, int] = {}
-        for r in self.runs:
-            counts[r.model_name] = counts.get(r.model_name, 0) + 1
-        self.weight = {r.id: 1.0 / math.sqrt(counts[r.model_name]) for r in self.runs}
-        self.evaluations = 0
+    names = [r.id for r in runs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"two runs are named {twice[0]}: give runs with different names")
+    return runfit.Runs(runs, {r.id: measured_figures(r) for r in runs}, pool)
 
 
 def gpu_overrides(steps: str | Path | None, overrides: Sequence[str] = ()) -> list[str]:
@@ -85,10 +75,10 @@ def load_runs(paths: Sequence[str], pool: ReplayPool, ids: str | None = None) ->
         if len(paths) != 1:
             raise UserError(f"{suites[0]}: a folder of runs is fitted alone (got {len(paths)} paths)")
         suite = read_suite(suites[0])
-        return runfit.Runs(suite, pool, parse_ids(ids)), suite
+        return runfit.Runs.of_suite(suite, pool, parse_ids(ids)), suite
     if ids is not None:
         raise UserError("--runs picks runs of a folder of runs (one with experiments.csv)")
-    return RequestRuns([read_run(p) for p in paths], pool), None
+    return request_runs([read_run(p) for p in paths], pool), None
 
 
 def fit_record(
@@ -98,7 +88,7 @@ def fit_record(
     """The fit as JSON: runfit's record (``overrides``: every value it was fitted under), ``data``: the
     runs' ``paths`` as given, and ``use``: the overrides that simulate with the fit, the step fit's GPU
     terms (``gpu``) and the fitted values."""
-    body = runfit.to_json(result, runs.suite, overrides, command)
+    body = runfit.to_json(result, runs, overrides, command)
     body["data"] = [str(p) for p in paths]
     body["latency_kind"] = OmegaConf.select(load_config(split_overrides(overrides)[0]), "cluster.latency.kind")
     body["skipped"] = [list(s) for s in runs.skipped]

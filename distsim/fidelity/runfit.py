@@ -36,6 +36,7 @@ from scipy.optimize import lsq_linear
 from distsim.fidelity.metrics import WHOLE_RUN, error_pct
 from distsim.fidelity.pool import Replay, ReplayPool
 from distsim.fidelity.replay import split_overrides
+from distsim.fidelity.run import MeasuredRun
 from distsim.fidelity.suite.data import Suite, SuiteRun
 from distsim.fidelity.suite.replay import fit_runs
 
@@ -77,17 +78,27 @@ class RunFit:
 
 
 class Runs:
-    """The runs of a suite, replayed in a pool, scored as residuals."""
+    """Measured runs (each with its measured figures by (stage, metric)), replayed in a pool, scored as
+    residuals. ``rates``: each run's stage rates, for the load slopes; ``skipped``: (run, reason) pairs
+    that could not be fitted. :meth:`of_suite` builds them from a folder of runs with aggregates."""
 
-    def __init__(self, suite: Suite, pool: ReplayPool, ids: Sequence[str] | None = None):
-        self.suite, self.pool = suite, pool
-        self.runs, self.skipped = fit_runs(suite, ids)
-        self.measured = {r.id: _measured(suite, r) for r in self.runs}
+    def __init__(
+        self, runs: Sequence[SuiteRun | MeasuredRun], measured: dict[str, dict[tuple[int, str], float]], pool: ReplayPool,
+        rates: dict[str, list[float]] | None = None, skipped: Sequence[tuple[str, str]] = (),
+    ):
+        self.runs, self.measured, self.pool = list(runs), measured, pool
+        self.rates, self.skipped = dict(rates or {}), list(skipped)
         counts: dict[str, int] = {}
         for r in self.runs:
             counts[r.model_name] = counts.get(r.model_name, 0) + 1
         self.weight = {r.id: 1.0 / math.sqrt(counts[r.model_name]) for r in self.runs}
         self.evaluations = 0
+
+    @classmethod
+    def of_suite(cls, suite: Suite, pool: ReplayPool, ids: Sequence[str] | None = None) -> Runs:
+        """The suite's runs that can be fitted (``ids`` picks some), with their measured aggregates."""
+        runs, skipped = fit_runs(suite, ids)
+        return cls(runs, {r.id: _measured(suite, r) for r in runs}, pool, stage_rates(suite), skipped)
 
     def score(self, values: dict[str, float], runs: Sequence[SuiteRun] | None = None) -> Scored:
         runs = list(self.runs if runs is None else runs)
@@ -179,10 +190,14 @@ def fit(
     return result
 
 
-def load_slopes(table: pd.DataFrame, suite: Suite) -> pd.DataFrame:
-    """Per run measured at two rates: the slope of mean ITL and mean TTFT against the rate (ms per req/s),
-    measured and simulated, and the simulated slope's error in percent."""
-    rates = {r.id: [s.rate_rps for s in r.workload.stages] for r in suite.runs}
+def stage_rates(suite: Suite) -> dict[str, list[float]]:
+    """Each run's offered rate per stage (req/s), by run id."""
+    return {r.id: [s.rate_rps for s in r.workload.stages] for r in suite.runs}
+
+
+def load_slopes(table: pd.DataFrame, rates: dict[str, list[float]]) -> pd.DataFrame:
+    """Per run measured at two rates (``rates``: :func:`stage_rates`): the slope of mean ITL and mean TTFT
+    against the rate (ms per req/s), measured and simulated, and the simulated slope's error in percent."""
     rows = []
     for run, part in table.groupby("run", sort=False):
         r = rates.get(str(run), [])
@@ -210,7 +225,7 @@ def medians(table: pd.DataFrame) -> dict[str, float]:
     return {m: float(v) for m, v in headline(table).abs().median().items()}
 
 
-def to_json(fit_: RunFit, suite: Suite, overrides: Sequence[str], command: str) -> dict:
+def to_json(fit_: RunFit, runs: Runs, overrides: Sequence[str], command: str) -> dict:
     def scored(s: Scored) -> dict:
         h = headline(s.table)
         return {
@@ -228,7 +243,7 @@ def to_json(fit_: RunFit, suite: Suite, overrides: Sequence[str], command: str) 
         "fit": scored(fit_.best),
         "evaluations": fit_.evaluations,
         "seconds": fit_.seconds,
-        "slopes": load_slopes(fit_.best.table, suite).to_dict("records"),
+        "slopes": load_slopes(fit_.best.table, runs.rates).to_dict("records"),
     }
     if fit_.lomo:
         table = pd.concat([s.table for s in fit_.lomo.values()], ignore_index=True)
