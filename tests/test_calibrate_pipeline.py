@@ -96,6 +96,7 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
         (["runs", "RUN", "--terms", "cluster.latency.speed"], "--terms: not a fitted term: cluster.latency.speed"),
         (["runs", "RUN", "--lomo", "--workers", "1"], "--lomo needs runs of at least two models"),
         (["runs", "RUN", "--steps", "nowhere.json"], "--steps nowhere.json: not a step fit"),
+        (["runs", "RUN", "RUN"], "two runs are named"),
         (["steps", str(STEPS), "--lomo"], "--lomo goes with --fit"),
         (["report", "nowhere.json"], "nowhere.json: cannot read a serving fit"),
         (["validate", "RUN", "--fit", "nowhere.json"], "--fit nowhere.json: not a fit written by calibrate runs"),
