@@ -1,7 +1,7 @@
 """Where each run's error sits: measured against simulated mean ITL and TTFT, the simulated side split
 into the step model's parts, so that a serving term is added because a residual asks for it.
 
-    python -m distsim.fidelity.residuals ../shared/data/h100_vllm_runs [overrides...] [--runs 48,60] [--out FILE.md]
+    python -m distsim.calibrate residuals ../shared/data/h100_vllm_runs [overrides...] [--runs 48,60] [--out FILE.md]
 
 Per run (its whole-run figures, stage -1), one replay at the given values:
 
@@ -88,7 +88,7 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m distsim.fidelity.residuals", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m distsim.calibrate residuals", description=__doc__.split("\n\n")[0])
     p.add_argument("folder")
     p.add_argument("overrides", nargs="*")
     p.add_argument("--runs", default=None, help="comma-separated run ids (default: every run)")
@@ -106,8 +106,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     return 0
 
-
-if __name__ == "__main__":
-    from distsim import command
-
-    command.run("distsim", main)  # a full or closed stdout, and Ctrl-C, as one line

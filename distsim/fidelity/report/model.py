@@ -209,7 +209,7 @@ def residual_section(folder: Path) -> str:
     from distsim.fidelity.residuals import decompose, markdown
 
     return (
-        "`python -m distsim.fidelity.residuals ../shared/data/h100_vllm_runs`: per run, measured against "
+        "`python -m distsim.calibrate residuals ../shared/data/h100_vllm_runs`: per run, measured against "
         "simulated mean ITL and TTFT (ms); the simulated ITL split by each part's share of the replay's busy "
         "time (instances.parquet), the simulated TTFT into the front end and the engine (queueing and the "
         "steps that compute the prompt). Residual = measured - simulated.\n\n" + markdown(decompose(str(folder)))
