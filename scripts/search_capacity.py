@@ -52,14 +52,18 @@ def oracle_run(job: tuple[str, list[str], int]) -> dict:
 
 
 def oracle_table(out: Path, search: dict, seeds: list[int], jobs: int) -> pd.DataFrame:
+    """The oracle's runs on every held-out family and ``seeds``, each appended to OUT/oracle.csv as it ends,
+    so an interrupted or repeated call runs only what is missing."""
     cached = out / "oracle.csv"
-    if cached.exists():
-        return pd.read_csv(cached)
-    work = [(f, _overrides(o), s) for f, o in (search.get("holdout") or {}).items() if o for s in seeds]
+    done = pd.read_csv(cached) if cached.exists() else pd.DataFrame(columns=["family", "seed"])
+    have = set(zip(done["family"], done["seed"].astype(int)))
+    work = [(f, _overrides(o), s) for f, o in (search.get("holdout") or {}).items() if o for s in seeds
+            if (f, s) not in have]  # fmt: skip
     with ProcessPoolExecutor(jobs) as pool:
-        table = pd.DataFrame(list(pool.map(oracle_run, work)))
-    table.to_csv(cached, index=False)
-    return table
+        for row in pool.map(oracle_run, work):
+            pd.DataFrame([row]).to_csv(cached, mode="a", header=not cached.exists(), index=False)
+    table = pd.read_csv(cached)
+    return table[table["seed"].isin(seeds)]
 
 
 def goal_lines(holdout: pd.DataFrame, oracle: pd.DataFrame, search: dict, train_score: float) -> list[str]:
