@@ -3,7 +3,8 @@ scripts/bench_memory.py) instead of patching distsim's functions.
 
 Pass an object with these methods as ``simulate(cfg, probe=...)`` (or ``distsim.simulate.run``); each is
 called once, in this order, and may only read what it is given (a probe that changed the world would change
-the run). Subclass :class:`RunProbe` and override what you need. Without a probe a run pays one ``is None``
+the run). It may subscribe to the world's ``record_listeners`` to hear each request's final status; a
+listener that raises abandons the run (a capacity trial whose failure is certain, distsim.metrics.capacity). Subclass :class:`RunProbe` and override what you need. Without a probe a run pays one ``is None``
 test per phase, nothing else.
 
 - ``built(world, loop, recorder)``: the world is built, nothing fed or run yet;

@@ -148,7 +148,7 @@ def run(
     if scenario.fitness.kind == "capacity":  # reruns the scenario at other loads (distsim.metrics.capacity)
         from distsim.metrics.capacity import capacity
 
-        summary["capacity"] = capacity(scenario, summary, lambda trial: run(trial).summary)
+        summary["capacity"] = capacity(scenario, summary, lambda trial, probe: run(trial, probe=probe).summary)
     summary["fitness"] = compute_fitness(summary, scenario.fitness)
     del summary["_derived"]
     extra: dict[str, Any] = {}  # what the features add to the result (cells.parquet, timeline.json, ...)

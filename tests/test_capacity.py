@@ -92,3 +92,39 @@ def test_the_search_takes_capacity_as_its_fitness():
 
     scenario = resolve(load_config(["fitness=capacity"], config_name="search"))
     assert scenario.fitness.kind == "capacity" and scenario.fitness.weights == {}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["workload.arrival.rate_rps=8"],  # the bracket doubles past the capacity: the trials above it stop
+     ["workload.arrival.rate_rps=8", "sim.warmup_s=5", "sim.measure_s=20", "sim.drain_s=5"],  # a window
+     ["cluster=pd_disagg", "workload.arrival.rate_rps=4"],  # the first token is the KV's landing
+     ["workload=multi_tenant", "cluster.instances=1", "workload.arrival.rate_rps=2", "workload.num_requests=1500",
+      "cluster.frontend.per_output_token_us=300"]],
+)  # fmt: skip
+def test_stopping_failed_trials_early_changes_nothing_but_the_cost(extra):
+    """A trial stops only once its failure is certain, so the capacity, its bracket and the attainment
+    reported are those of trials run to their end."""
+    base = ["fitness=capacity", "workload.num_requests=500", *extra]
+    on = simulate(load_config([*base, "fitness.stop_early=true"])).summary
+    off = simulate(load_config([*base, "fitness.stop_early=false"])).summary
+    assert on["capacity"].pop("stopped_early") > 0 and off["capacity"].pop("stopped_early") == 0
+    assert on == off
+
+
+def test_the_miss_count_agrees_with_the_request_table():
+    """Recorder.met_slo, which the early stop counts with, is the table's met_slo request by request
+    (a front-end lag and per-class SLOs included)."""
+    from distsim.probe import RunProbe
+
+    class Heard(RunProbe):
+        def built(self, world, loop, recorder):
+            self.met = {}
+            world.record_listeners.append(lambda req: self.met.setdefault(req.request_id, recorder.met_slo(req)))
+
+    probe = Heard()
+    cfg = load_config(["workload=multi_tenant", "workload.num_requests=400", "workload.arrival.rate_rps=60", "cluster.instances=1",
+                       "cluster.frontend.per_output_token_us=300"])  # fmt: skip
+    table = simulate(cfg, probe=probe).requests
+    assert 0 < table["met_slo"].sum() < len(table)
+    assert probe.met == dict(zip(table["request_id"].tolist(), table["met_slo"].tolist()))

@@ -12,7 +12,7 @@ from distsim.errors import UserError
 from distsim.runner.compose import compose_key
 from distsim.runner.overrides import texts
 from distsim.runner.plan import plan_sweep
-from distsim.runner.rows import flatten, params
+from distsim.runner.rows import base_row, flatten, frame, params
 
 
 def test_cartesian_product_in_hydra_order_with_configs_apart_from_seeds():
@@ -64,3 +64,14 @@ def test_rows_flatten_summaries_and_type_parameters():
     assert flatten({"a": {"b": 1, "c": {"d": 2.5}}, "e": [1, 2]}) == {"a.b": 1, "a.c.d": 2.5, "e": "[1, 2]"}
     job = plan_sweep(["cluster.instances=2", "x.f=0.5", "+x.y=a", "seed=1"]).jobs[0]
     assert params(job) == {"param.cluster.instances": 2, "param.x.f": 0.5, "param.x.y": "a"}
+
+
+def test_a_parameter_that_is_a_number_in_one_job_and_text_in_another_is_text(tmp_path):
+    """A search's families set the KV blocks to 6000 in one and null in another: the results table still
+    writes (parquet needs one type a column)."""
+    from distsim import outputs
+
+    jobs = plan_sweep(["cluster.engine.total_kv_blocks=6000,null"]).jobs
+    table = frame([base_row(job) for job in jobs])
+    assert list(table["param.cluster.engine.total_kv_blocks"]) == ["6000", "null"]
+    outputs.write_parquet(tmp_path / "results.parquet", table)

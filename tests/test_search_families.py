@@ -300,3 +300,23 @@ def test_the_loop_runs_every_candidate_on_every_family_and_reports_progress(tmp_
     assert "jobs 32/64" in lines[0] and "ETA " in lines[0]
     assert made[0].later_jobs == (1 + 1) * 5 * 2  # the ETA counts the held-out jobs: 2 policies x 5 families x 2 seeds
     assert set(result.holdout["family"]) == {"mooncake", "azure", "sessions", "heavy_tail", "fleet2"}
+
+
+def test_the_progress_line_shows_the_best_score_yet(tmp_path, capsys):
+    """A second generation worse than the first does not lower the best the progress line shows."""
+    from distsim.search.driver import run_search
+
+    inner = fake_evaluate([])
+
+    def evaluate(configs, seeds, sweep):
+        results = inner(configs, seeds, sweep)
+        if sweep.name == "gen_001":
+            results["fitness"] = 0.1
+        return results
+
+    cfg = search_cfg("search.algorithm=cmaes", "search.objectives=fitness", "search.population=4", "search.generations=2",
+                     "search.holdout_seeds=[]")  # fmt: skip
+    table = run_search(cfg, tmp_path, [], evaluate=evaluate).candidates
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("search: generation")]
+    best = f"best training score {table[table['generation'] == 0]['train_score'].max():+.4f}"
+    assert best in lines[0] and best in lines[1]

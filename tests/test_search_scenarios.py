@@ -7,7 +7,8 @@ import yaml
 
 from distsim import load_config
 from distsim.resolve import resolve
-from distsim.search.scenarios import SPLIT_SEQS, config_yaml, families, main
+from distsim.search import calibrate as cal
+from distsim.search.scenarios import NAMED, SPLIT_SEQS, config_yaml, families, main
 
 
 def _seqs(overrides: str) -> int:
@@ -30,8 +31,53 @@ def test_every_draw_resolves():
 def test_the_written_config_holds_the_families(tmp_path):
     assert main(["--train", "2", "--holdout", "1", "--seed", "1", "--out", str(tmp_path)]) == 0
     written = yaml.safe_load((tmp_path / "scenarios.yaml").read_text())
-    assert written["defaults"] == ["search", "_self_"]
+    assert written["defaults"] == ["search", {"override fitness": "capacity"}, "_self_"]
     train = written["search"]["train"]
     assert {k: v for k, v in train.items() if v is not None} == families(2, 1, seed=1)["train"]
     assert train["chat"] is None  # conf/search.yaml's own families are dropped
-    assert (tmp_path / "scenarios.yaml").read_text() == config_yaml(2, 1, 1)
+    assert written["search"]["holdout"]["reasoning"] == " ".join(NAMED["reasoning"])  # the named held-out families
+    assert (tmp_path / "scenarios.yaml").read_text() == config_yaml(families(2, 1, seed=1))
+
+
+def test_the_named_families_resolve_with_capacity():
+    for overrides in NAMED.values():
+        scenario = resolve(load_config([*overrides, "fitness=capacity"], config_name="search"))
+        assert scenario.fitness.kind == "capacity"
+
+
+def _fake(caps: dict[int, tuple[float, bool]]):
+    """A capacity measure that reads (capacity, at_roofline) from the request count, and counts its calls."""
+    calls = []
+
+    def measure(overrides, requests, policy):
+        calls.append(requests)
+        rps, roof = caps[requests]
+        return {"requests_per_s": rps, "at_roofline": roof, "offered_rps": 10.0}
+
+    return measure, calls
+
+
+def test_a_burst_too_short_grows_until_capacity_tells():
+    measure, calls = _fake({1000: (50.0, True), 2000: (20.0, False)})
+    rows = []
+    kept = cal.calibrate(["workload=default", "workload.num_requests=600"], rows, {}, measure)
+    assert sorted(set(calls)) == [1000, 2000] and len(rows) == 2 * len(cal.POLICIES)
+    # at the knee: the load factor 20 / 10 on the workload's 25 req/s, and SPAN_S seconds of arrivals there
+    assert kept.overrides == ["workload=default", "workload.num_requests=2400", "workload.arrival.rate_rps=50"]
+
+
+def test_a_draw_capacity_cannot_judge_is_redrawn():
+    roofline, _ = _fake({n: (99.0, True) for n in (1000, 2000, 4000)})
+    zero, _ = _fake({1000: (0.0, False)})
+    assert cal.calibrate(["workload=default"], [], {}, roofline) is None
+    assert cal.calibrate(["workload=default"], [], {}, zero) is None
+    first = {"n": 0}
+
+    def once_bad(overrides, requests, policy):  # the first draw meets the share at the roofline whatever its size
+        first["n"] += 1
+        bad = first["n"] <= 3 * len(cal.POLICIES)
+        return {"requests_per_s": 99.0 if bad else 5.0, "at_roofline": bad, "offered_rps": 10.0}
+
+    drawn, notes, table = cal.calibrated_families(1, 0, seed=2, measure=once_bad)
+    assert list(table.groupby("attempt")["kept"].all()) == [False, True]
+    assert drawn["train"]["train_0"] != families(1, 0, seed=2)["train"]["train_0"]  # the second draw

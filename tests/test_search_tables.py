@@ -127,3 +127,18 @@ def test_the_page_it_writes_holds_its_markers_once(tmp_path):
     assert f"{script.BEGIN}\nnew tables\n{script.END}" in body
     assert body.split(script.BEGIN)[0] == original.split(script.BEGIN)[0]
     assert body.split(script.END)[1] == original.split(script.END)[1]
+
+
+def test_the_capacity_goal_table_puts_the_oracle_and_the_roofline_beside():
+    spec = importlib.util.spec_from_file_location("search_capacity", ROOT / "scripts" / "search_capacity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table, _, search = fake_search()
+    search["reference"] = "rr"
+    oracle = pd.DataFrame({"family": ["trace", "trace", "fleet"], "seed": [100, 101, 100],
+                           "oracle": [1.3, 1.5, 0.9], "roofline": [4.0, 4.0, 2.0]})  # fmt: skip
+    text = "\n".join(module.goal_lines(table, oracle, search, train_score=0.06))
+    assert "on 1 of 2 held-out families, and significantly worse than some built-in on 1." in text
+    assert "training score +6.0%" in text and "+9.1% on the named ones" not in text
+    assert "| trace | 1.200 | rr 1.100 | +9.1% [" in text and "| 1.400 | 4.000 |" in text
+    assert "| trace | 1.100 | 1.000 |" in text  # every built-in's mean

@@ -275,6 +275,7 @@ class FitnessConfig:
     share: float = 0.9  # capacity: the share of requests that must meet both SLOs, in (0, 1]
     tolerance: float = 0.02  # capacity: the bisection stops when hi / lo <= 1 + tolerance (> 0)
     max_steps: int = 10  # capacity: at most this many runs besides the configured load's
+    stop_early: bool = True  # capacity: stop a trial once it cannot meet the share (same capacity, less CPU)
 
 
 @dataclass

@@ -15,6 +15,10 @@ summary.json) and then searches the rate:
   misses, the load halves until it meets.
 - **Bisection** on log(rate) until hi / lo <= 1 + ``tolerance``, or ``max_steps`` trials in all. The
   capacity is the highest rate seen to meet the share (``lo``): a trial never reports a rate it did not run.
+- **Early stop** (``stop_early``): a trial stops once so many of its measured requests have missed that
+  the share is out of reach (:class:`MissCount`). Only a failing trial stops, and only once its failure is
+  certain, so the rates tried, the capacity and the attainment reported (a passing trial's, run to its end)
+  are those of trials run to their end; the failing trials' tails are what it saves.
 
 The fitness is that rate per GPU (``per: gpu``, the base run's mean GPUs), per dollar per hour, or raw.
 """
@@ -22,16 +26,20 @@ The fitness is that rate per GPU (``per: gpu``, the base run's mean GPUs), per d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from distsim.errors import ConfigError
 from distsim.instance.latency.base import StepShape
 from distsim.metrics.summary import rnd
+from distsim.probe import RunProbe
 from distsim.request import Request
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from distsim.events.loop import EventLoop
+    from distsim.metrics.recorder import Recorder
+    from distsim.metrics.tables import RunWorld
 
 # ``scenario`` below is a resolved scenario (distsim.resolve.Scenario, a layer above this one: typed loosely)
 Scenario = Any
@@ -50,6 +58,77 @@ class Trial:
 
     def meets(self, share: float) -> bool:
         return self.attainment >= share
+
+
+class TrialFailed(Exception):
+    """Raised inside a trial's event loop once it cannot meet the share; the run is abandoned."""
+
+
+class MissCount(RunProbe):
+    """Counts a trial's measured requests that are sure to miss an SLO, and stops the run
+    (:class:`TrialFailed`) once the share is out of reach: with m sure misses among at most n measured
+    requests, the attainment is at most (n - m) / n, so once that rounds below the share (as summary.json's
+    attainment is rounded) no later request can lift it back. n counts the requests arriving in the
+    measurement window by the horizon, an upper bound on those measured, which keeps the bound safe.
+
+    A miss is sure when a request's final status is recorded without meeting both SLOs
+    (Recorder.met_slo), or, before that, when its TTFT SLO has passed with no first token yet: that token
+    comes at the current time or later. Each time a request is recorded, the requests whose TTFT deadline
+    has passed are looked at once, in deadline order. Not with hedging, whose copies carry the first token
+    on other objects."""
+
+    def __init__(self, scenario: Scenario, requests: list[Request], share: float):
+        window, horizon = scenario.sim.window, scenario.sim.horizon_us
+        self.start_us = window.start_us if window is not None else 0
+        end = window.end_us if window is not None else None
+        if horizon is not None:
+            end = horizon + 1 if end is None else min(end, horizon + 1)
+        self.end_us = end
+        self.requests = [r for r in requests if self._measured(r.arrival_us)]
+        self.n = len(self.requests)
+        self.share = share
+        self.watch_ttft = not scenario.policy.hedge.enabled
+        self.missed: set[int] = set()  # request ids
+        self.by_deadline: list[tuple[float, Request]] = []
+        self.next = 0  # the first request in by_deadline not looked at yet
+        self.recorder: Recorder | None = None
+        self.loop: EventLoop | None = None
+
+    def _measured(self, arrival_us: int) -> bool:
+        return arrival_us >= self.start_us and (self.end_us is None or arrival_us < self.end_us)
+
+    def built(self, world: RunWorld, loop: EventLoop, recorder: Recorder) -> None:
+        self.recorder, self.loop = recorder, loop
+        if self.watch_ttft:
+            self.by_deadline = sorted(((self._ttft_slo(r), r) for r in self.requests),
+                                      key=lambda e: e[1].arrival_us - recorder.output_lag_us + e[0] * 1000.0)  # fmt: skip
+        world.record_listeners.append(self.heard)
+
+    def _ttft_slo(self, req: Request) -> float:
+        return self.recorder.default_ttft_slo_ms if req.ttft_slo_ms is None else req.ttft_slo_ms
+
+    def bound(self) -> float:
+        """The highest attainment the trial can still reach, rounded as summary.json rounds it."""
+        return rnd((self.n - len(self.missed)) / self.n) if self.n else 0.0
+
+    def heard(self, req: Request) -> None:
+        if not self.recorder.met_slo(req) and self._measured(req.arrival_us):
+            self.missed.add(req.request_id)
+        self._overdue(self.loop.now)
+        if self.bound() < self.share:
+            raise TrialFailed
+
+    def _overdue(self, now: int) -> None:
+        """Count the requests past their TTFT SLO with no first token: it comes at ``now`` or later, so their
+        TTFT as the client sees it is at least (now + lag - arrival) / 1000 ms (the recorder's arithmetic)."""
+        lag, entries = self.recorder.output_lag_us, self.by_deadline
+        while self.next < len(entries):
+            slo, req = entries[self.next]
+            if not (now + lag - req.arrival_us) / 1000.0 > slo:
+                return
+            if req.first_token_us < 0:
+                self.missed.add(req.request_id)
+            self.next += 1
 
 
 def materialise(scenario: Scenario) -> list[Request]:
@@ -149,18 +228,29 @@ class CapacitySearch:
         return lo, hi, runs
 
 
-def capacity(scenario: Scenario, base_summary: dict[str, Any], run_trial: Callable[[Scenario], dict[str, Any]]) -> dict[str, Any]:
+RunTrial = Callable[[Scenario, RunProbe | None], dict[str, Any]]
+
+
+def capacity(scenario: Scenario, base_summary: dict[str, Any], run_trial: RunTrial) -> dict[str, Any]:
     """summary.json's ``capacity`` section: the rate found, its bracket and what it cost. ``run_trial``
-    simulates a scenario and returns its summary (distsim.simulate.run's)."""
+    simulates a scenario with a probe (or None) and returns its summary (distsim.simulate.run's)."""
     cfg = scenario.fitness
     requests = materialise(scenario)
     rate0 = offered_rps(requests)
+    stopped = 0
 
     def attainment(summary: dict[str, Any]) -> float:
         return summary["goodput"]["slo_attainment"] or 0.0
 
     def trial(factor: float) -> Trial:
-        return Trial(factor, factor * rate0, attainment(run_trial(trial_scenario(scenario, requests, factor))))
+        nonlocal stopped
+        at = trial_scenario(scenario, requests, factor)
+        probe = MissCount(at, at.workload, cfg.share) if cfg.stop_early else None
+        try:
+            return Trial(factor, factor * rate0, attainment(run_trial(at, probe)))
+        except TrialFailed:
+            stopped += 1
+            return Trial(factor, factor * rate0, probe.bound())
 
     base = Trial(1.0, rate0, attainment(base_summary))
     roof = roofline_rps(scenario, requests)
@@ -177,4 +267,5 @@ def capacity(scenario: Scenario, base_summary: dict[str, Any], run_trial: Callab
         "offered_rps": rnd(rate0),
         "roofline_rps": rnd(roof),
         "runs": runs + 1,
+        "stopped_early": stopped,
     }

@@ -81,6 +81,19 @@ class Recorder:
             self.n_packed += len(records)
             self.records = []
 
+    def met_slo(self, req: Request) -> bool:
+        """Whether a request with its final status met both SLOs: :meth:`columns`' ``met_slo`` for one
+        request, as it is recorded (a capacity trial counts the misses as they come, distsim.metrics.capacity)."""
+        if req.status != Status.COMPLETED or req.first_token_us < 0:
+            return False
+        ttft_slo = self.default_ttft_slo_ms if req.ttft_slo_ms is None else req.ttft_slo_ms
+        if (req.first_token_us + self.output_lag_us - req.arrival_us) / 1000.0 > ttft_slo:
+            return False
+        if req.output_tokens <= 1:
+            return True
+        tpot_slo = self.default_tpot_slo_ms if req.tpot_slo_ms is None else req.tpot_slo_ms
+        return (req.completion_us - req.first_token_us) / 1000.0 / (req.output_tokens - 1) <= tpot_slo
+
     def __len__(self) -> int:
         """Requests recorded so far."""
         return self.n_packed + len(self.records)

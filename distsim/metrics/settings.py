@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 class FitnessSettings:
     """One number per run (distsim.metrics.fitness): ``kind`` goodput (``per`` gpu, dollar or none),
     capacity (as goodput, with the ``share`` of requests that must meet their SLOs, the bisection's
-    relative ``tolerance`` and its ``max_steps``) or weighted (metric ``weights`` and reference values ``refs``)."""
+    relative ``tolerance``, its ``max_steps`` and ``stop_early``, whether a trial that cannot meet the share
+    stops) or weighted (metric ``weights`` and reference values ``refs``)."""
 
     kind: str = "goodput"
     per: str = "gpu"
@@ -47,17 +48,19 @@ class FitnessSettings:
     share: float = 0.9
     tolerance: float = 0.02
     max_steps: int = 10
+    stop_early: bool = True
 
 
 def fitness(cfg: DictConfig) -> FitnessSettings:
     """``fitness.*``, checked against the fitness form's own rules (distsim.metrics.fitness)."""
     FITNESS.get(cfg.kind)
     own = {"goodput": ("kind", "per"), "weighted": ("kind", "weights", "refs"),
-           "capacity": ("kind", "per", "share", "tolerance", "max_steps")}  # fmt: skip
+           "capacity": ("kind", "per", "share", "tolerance", "max_steps", "stop_early")}  # fmt: skip
     if cfg.kind in own:
         warn_unread(cfg, "fitness", own[cfg.kind], f"the fitness {cfg.kind!r} does not use it", FitnessSettings())
     settings = FitnessSettings(str(cfg.kind), str(cfg.per), dict(cfg.weights or {}), dict(cfg.refs or {}),
-                               cfg.get("share", 0.9), cfg.get("tolerance", 0.02), cfg.get("max_steps", 10))
+                               cfg.get("share", 0.9), cfg.get("tolerance", 0.02), cfg.get("max_steps", 10),
+                               cfg.get("stop_early", True))
     check_fitness(settings)
     return settings
 

@@ -72,7 +72,15 @@ def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=[*IDENTITY, *param_cols, *figures, *run_cols])
     for col in ("job", "seed"):
         table[col] = table[col].astype("Int64")
+    for col in param_cols:  # numbers in some jobs, text in others (a key set to 6000 and to null): all text
+        kinds = {isinstance(v, str) for v in table[col] if not _missing(v)}
+        if kinds == {True, False}:
+            table[col] = [v if _missing(v) or isinstance(v, str) else str(v) for v in table[col]]
     return table
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def retried_jobs(results: pd.DataFrame) -> dict[int, int]:

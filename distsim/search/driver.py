@@ -206,6 +206,7 @@ def _evolve(
     recorded = list(dict.fromkeys([*objs.FRONT_METRICS, *(names or ())]))
     rows: list[dict[str, Value]] = []
     told_so_far: list = []
+    scores_so_far: list[float] = []  # the progress line's best is the best yet, not the generation's
     for gen in range(generations):
         asked = optimizer.ask()
         cand_values = [optimizer.values(point) for _, point in asked]
@@ -216,8 +217,9 @@ def _evolve(
             raise SearchFailed(runs.results)
         rows += gen_rows
         told_so_far += told
+        scores_so_far += scores
         optimizer.tell([(handle, value) for (handle, _), value in zip(asked, told)])
-        progress.generation_done(_front_summary(scores, names, told_so_far), resumed=resumed_jobs(runs.results))
+        progress.generation_done(_front_summary(scores_so_far, names, told_so_far), resumed=resumed_jobs(runs.results))
     table = pd.DataFrame(rows)
     table["mean_fitness"] = table.groupby(["generation", "candidate"])["fitness"].transform("mean")
     return table, grid, reference
