@@ -63,12 +63,13 @@ class Weighted(Router):
         for scorer, w in self.scorers:
             score, where = scorer.bound(req, view)
             parts.append(score)
+            # the first weighted score is the sum so far (0.0 + x == x: scores are never -0.0), one copy less;
+            # a score the same for every candidate (a float) adds one float, and 0.0 nothing
             if total is None:
-                # the first weighted score is the sum so far (0.0 + x == x: scores are never -0.0), one copy less
-                total = np.multiply(score, w, dtype=np.float64)
-                if total.ndim == 0:
-                    total = np.full(view.n, total)
-            else:
+                total = np.full(view.n, score * w) if type(score) is float else np.multiply(score, w, dtype=np.float64)
+            elif type(score) is not float:
+                total += w * score
+            elif score:
                 total += w * score
             if where is not None:
                 loose.append((len(parts) - 1, where))
@@ -108,7 +109,7 @@ class Weighted(Router):
             return False
         value = 0.0
         for j, ((_, w), score) in enumerate(zip(self.scorers, parts)):
-            x = fixed[j] if j in fixed else float(score if np.ndim(score) == 0 else score[p])
+            x = fixed[j] if j in fixed else score if type(score) is float else float(score[p])
             value = x * w if j == 0 else value + w * x
         changed = value != self._total[p]
         self._total[p] = value

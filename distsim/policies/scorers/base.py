@@ -48,8 +48,19 @@ class Loose:
 
 def inverse_minmax(values: np.ndarray) -> np.ndarray:
     """1 for the smallest value, 0 for the largest, linear between; all 1 when all are equal."""
+    scores = inverse_minmax_or_one(values)
+    return np.ones(values.size, dtype=np.float64) if isinstance(scores, float) else scores
+
+
+def inverse_minmax_or_one(values: np.ndarray) -> np.ndarray | float:
+    """:func:`inverse_minmax`, or the float 1.0 when all values are equal (no vector to build)."""
     lo = values[values.argmin()]  # min() and max(), exactly (the first extreme; NaN if any), cheaper
     span = values[values.argmax()] - lo
     if span == 0:
-        return np.ones(values.size, dtype=np.float64)
+        return 1.0
     return 1.0 - (values - lo) / span
+
+
+def as_vector(scores: np.ndarray | float, n: int) -> np.ndarray:
+    """A bound's scores as a vector over the ``n`` candidates."""
+    return np.full(n, scores, dtype=np.float64) if isinstance(scores, float) else scores

@@ -34,4 +34,4 @@ class StaleRuns(Loose):
         return self.view.kv_loose_among(positions)
 
     def positions(self):
-        return self.view.kv_utilization_bound()[1]
+        return self.view.kv_loose_positions()
