@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from simkit import engine, policy, run
+from simkit import engine, policy, run, transfer
 
 from distsim.instance.decode_set import ceil_div
 from distsim.policies.choice import pick_max
@@ -28,13 +28,30 @@ def _requests(seed: int, n: int, gap_us: float) -> list[Request]:
     return reqs
 
 
+def _pd_pools() -> list:
+    """A prefill pool and a decode pool: each router's candidates are part of the board's instances."""
+    from simkit import FAKE_HW, tiny_model
+
+    from distsim.cluster.pools import PoolSpec
+    from distsim.instance.latency.linear import LinearLatency
+
+    model, latency = tiny_model(1000), LinearLatency(100.0, 2.0, 5.0)
+    prefill = engine(max_num_seqs=8, max_num_batched_tokens=128, block_size=4, total_kv_blocks=300)
+    decode = engine(max_num_seqs=16, max_num_batched_tokens=128, block_size=4, total_kv_blocks=200)
+    return [PoolSpec("prefill", 2, "prefill", FAKE_HW, model, 1, prefill, latency, "cluster.pools[0]"),
+            PoolSpec("decode", 4, "decode", FAKE_HW, model, 1, decode, latency, "cluster.pools[1]")]
+
+
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("scorers", [None, {"kv_utilization": 1.0}, {"kv_utilization": 2.0, "queue_depth": 1.0}])
+@pytest.mark.parametrize("scorers", [None, {"kv_utilization": 1.0}, {"kv_utilization": 2.0, "queue_depth": 1.0}, "pd"])
 def test_bounded_kv_use_decides_and_reports_as_exact_scores_do(seed, scorers, monkeypatch):
     original = Weighted.route
-    seen = {"decisions": 0, "loose": 0, "ties": 0}
+    seen = {"calls": 0, "decisions": 0, "loose": 0, "ties": 0}
 
     def checked(self, req, view):
+        seen["calls"] += 1
+        if seen["calls"] % 3:
+            return original(self, req, view)  # unchecked: the exact check below brings every run up to date
         rng = self.ctx.rng
         state = rng.bit_generator.state
         seen["loose"] += view.kv_loose_positions().size > 0
@@ -56,10 +73,14 @@ def test_bounded_kv_use_decides_and_reports_as_exact_scores_do(seed, scorers, mo
 
     monkeypatch.setattr(Weighted, "route", checked)
     params = engine(max_num_seqs=16, max_num_batched_tokens=64, block_size=4, total_kv_blocks=400)
-    r = {"scorers": scorers} if scorers else {}
-    run(_requests(seed, 300, 150.0), params, instances=6, policy_cfg=policy("weighted", **{f"r_{k}": v for k, v in r.items()}))
-    assert seen["decisions"] == 300
-    assert seen["loose"] > 50  # decisions were made while runs had taken blocks since last brought up to date
+    reqs = _requests(seed, 300, 150.0)
+    if scorers == "pd":  # two routers, each over a pool: candidate positions are not board slots
+        run(reqs, pools=_pd_pools(), policy_cfg=policy("weighted"), transfer_cfg=transfer(0.5, 50.0))
+    else:
+        r = {"r_scorers": scorers} if scorers else {}
+        run(reqs, params, instances=6, policy_cfg=policy("weighted", **r))
+    assert seen["calls"] == (600 if scorers == "pd" else 300)
+    assert seen["loose"] > 30  # decisions were made while runs had taken blocks since last brought up to date
     assert seen["ties"] > 0
 
 
