@@ -13,7 +13,11 @@ the step before the next one that takes a block; never when no later step of the
 finds the runs whose value changed since with one vectorised comparison and recomputes only those (a
 closed form from the decode set's aggregates), so reads agree with stepping one by one at a cost bounded
 by the steps simulated, and no read recomputes a run whose value has not changed. Until something reads KV use, the board only notes
-which instances have a run in flight, and starts following them at that first read.
+which instances have a run in flight, and starts following them at that first read. A run starts with
+nothing computed (it has taken no block yet); the first read after one of its steps takes a block
+recomputes it. A policy that prefers low KV use need not bring every run up to date: :meth:`kv_bound`
+gives the values as last brought up to date (each at most the true one) and :meth:`kv_exact` the true
+value of one slot, so only the candidates that could win are recomputed (distsim.policies.weighted).
 """
 
 from __future__ import annotations
