@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distsim import outputs
+from distsim.events.collector import fewer_collections
 from distsim.events.loop import EventLoop
 from distsim.metrics.columns import Table
 from distsim.metrics.fitness import compute_fitness
@@ -132,7 +133,7 @@ def run(
     if probe is not None:
         probe.built(world, loop, recorder)
     world.feed(scenario.workload)
-    with _progress_line(progress, scenario, loop, recorder):
+    with _progress_line(progress, scenario, loop, recorder), fewer_collections():
         # a feature may run the loop its own way (a measurement window pauses at its edges)
         end_us = next((t for f in parts.features.values() if (t := f.run(loop)) is not None), None)
         if end_us is None:

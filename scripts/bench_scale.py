@@ -15,6 +15,7 @@ by wrapping the router's prefix index, the CPU seconds of its ``record`` and ``m
     python scripts/bench_scale.py decisions                # us per routing decision by policy and fleet size
     python scripts/bench_scale.py all --record             # all three, appended to scripts/results/bench_scale.txt
     python scripts/bench_scale.py memory                   # bytes per instance, request, cached block; RSS by phase
+    python scripts/bench_scale.py headline --cli           # each case also through python -m distsim, as users run it
 
 CPU seconds are user + system time of the child, measured with getrusage; they vary with the machine's
 load, so each table states the date and whether other work shared the machine (``--note``).
@@ -25,10 +26,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,6 +132,21 @@ def run_child(policy: str, instances: int, requests: int, time_decisions: bool =
     return spawn(spec, policy, instances)
 
 
+def run_cli(policy: str, instances: int, requests: int, per_instance: float = 10.0) -> dict:
+    """The same case through ``python -m distsim`` as users run it (Hydra, outputs written but
+    requests.parquet): the CPU seconds and peak memory of that process alone (``os.wait4``)."""
+    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "stderr", "w+") as err:
+        argv = [sys.executable, "-m", "distsim", *overrides(policy, instances, requests, per_instance),
+                "sim.write_requests=false", f"hydra.run.dir={tmp}/run"]
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{policy} x {instances} through the CLI failed\n{err.read()[-2000:]}")
+    return {"cli_cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "cli_peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+
+
 def spawn(spec: dict, policy: str, instances: int) -> dict:
     """Run ``spec`` in a fresh child process (its own peak memory) and return what it prints last."""
     proc = subprocess.run(
@@ -140,40 +158,47 @@ def spawn(spec: dict, policy: str, instances: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- tables
-def policy_table(title: str, names: list[str], requests: int, per_instance: float = 10.0) -> list[str]:
-    """Each policy at 1,000 instances, the first (round_robin) as the baseline of the same table."""
+def policy_table(title: str, names: list[str], requests: int, per_instance: float = 10.0, cli: bool = False) -> list[str]:
+    """Each policy at 1,000 instances, the first (round_robin) as the baseline of the same table; with
+    ``cli``, each also through ``python -m distsim`` (its own CPU seconds, ratio and peak memory)."""
     lines = [title]
     lines.append(
         f"{'policy':<18}{'CPU-s':>9}{'sim CPU-s':>11}{'x round_robin':>15}{'us/decision':>13}"
         f"{'index rec+match':>17}{'peak MB':>10}"
         f"{'events':>12}{'completed':>11}"
+        + (f"{'CLI CPU-s':>11}{'CLI x rr':>10}{'CLI peak MB':>13}" if cli else "")
     )
-    base = None
+    base = cli_base = None
     for policy in names:
         r = run_child(policy, 1000, requests, time_decisions=True, per_instance=per_instance)
         base = base or r["process_cpu_s"]
         per = r["us_per_decision"]
-        lines.append(
+        line = (
             f"{policy:<18}{r['process_cpu_s']:>9.1f}{r['sim_cpu_s']:>11.1f}{r['process_cpu_s'] / base:>15.2f}"
             f"{(f'{per:.1f}' if per is not None else '-'):>13}{r['index_cpu_s']:>17}{r['peak_rss_mb']:>10.0f}"
             f"{r['events']:>12,}"
             f"{r['completed']:>11,}"
         )
+        if cli:
+            c = run_cli(policy, 1000, requests, per_instance)
+            cli_base = cli_base or c["cli_cpu_s"]
+            line += f"{c['cli_cpu_s']:>11.1f}{c['cli_cpu_s'] / cli_base:>10.2f}{c['cli_peak_rss_mb']:>13.0f}"
+        lines.append(line)
         print(lines[-1], flush=True)
     return lines
 
 
-def headline(requests: int, rates: tuple[float, ...] = (10.0, 2.0)) -> list[str]:
+def headline(requests: int, rates: tuple[float, ...] = (10.0, 2.0), cli: bool = False) -> list[str]:
     """Round robin against weighted at each load (requests per second per instance)."""
     lines: list[str] = []
     for rate in rates:
         title = (f"1,000 instances, {requests:,} requests at {rate * 1000:,.0f} req/s, fresh signals"
                  " (whole process, outputs not written)")
-        lines += policy_table(title, ["round_robin", "weighted"], requests, rate)
+        lines += policy_table(title, ["round_robin", "weighted"], requests, rate, cli)
     return lines
 
 
-def policies(requests: int, only: str = "", rates: tuple[float, ...] = (10.0,)) -> list[str]:
+def policies(requests: int, only: str = "", rates: tuple[float, ...] = (10.0,), cli: bool = False) -> list[str]:
     names = sorted(p.stem for p in (ROOT / "conf" / "policy").glob("*.yaml") if p.stem != "round_robin")
     if only:
         names = [name for name in names if name in only.split(",")]
@@ -181,7 +206,7 @@ def policies(requests: int, only: str = "", rates: tuple[float, ...] = (10.0,)) 
     lines: list[str] = []
     for rate in rates:
         title = f"{which}, 1,000 instances, {requests:,} requests at {rate * 1000:,.0f} req/s, fresh signals (whole process)"
-        lines += policy_table(title, ["round_robin", *names], requests, rate)
+        lines += policy_table(title, ["round_robin", *names], requests, rate, cli)
     return lines
 
 
@@ -208,6 +233,8 @@ def main() -> None:
     ap.add_argument("--memory-requests", type=int, default=100_000, help="memory: requests of the headline case")
     ap.add_argument("--memory-cells", type=int, default=128, help="memory: cells of 1,024 instances in the cells case")
     ap.add_argument("--memory-cells-requests", type=int, default=100_000, help="memory: requests of the cells case")
+    ap.add_argument("--cli", action="store_true",
+                    help="headline and policies: also run each case through python -m distsim (CPU-s, peak MB)")
     ap.add_argument("--record", action="store_true", help="append the tables to scripts/results/bench_scale.txt")
     ap.add_argument("--note", default="", help="what else ran on the machine, for the record")
     args = ap.parse_args()
@@ -217,9 +244,9 @@ def main() -> None:
     rates = tuple(float(r) for r in args.rates.split(","))
     lines = [f"# {datetime.date.today()} {platform.machine()} python {platform.python_version()} {args.note}".rstrip()]
     if args.what in ("headline", "all"):
-        lines += headline(args.headline_requests, rates) + [""]
+        lines += headline(args.headline_requests, rates, args.cli) + [""]
     if args.what in ("policies", "all"):
-        lines += policies(args.policy_requests, args.only, rates) + [""]
+        lines += policies(args.policy_requests, args.only, rates, args.cli) + [""]
     if args.what in ("decisions", "all"):
         lines += decisions(args.decision_requests) + [""]
     if args.what == "memory":

@@ -13,7 +13,11 @@ the step before the next one that takes a block; never when no later step of the
 finds the runs whose value changed since with one vectorised comparison and recomputes only those (a
 closed form from the decode set's aggregates), so reads agree with stepping one by one at a cost bounded
 by the steps simulated, and no read recomputes a run whose value has not changed. Until something reads KV use, the board only notes
-which instances have a run in flight, and starts following them at that first read.
+which instances have a run in flight, and starts following them at that first read. A run starts with
+nothing computed (it has taken no block yet); the first read after one of its steps takes a block
+recomputes it. A policy that prefers low KV use need not bring every run up to date: :meth:`kv_bound`
+gives the values as last brought up to date (each at most the true one) and :meth:`kv_exact` the true
+value of one slot, so only the candidates that could win are recomputed (distsim.policies.weighted).
 """
 
 from __future__ import annotations
@@ -96,8 +100,8 @@ class SignalBoard:
             if not self.pushed:
                 return self.kv_used / self.kv_total
             if not self._following:
-                self._follow_runs(now)
-            elif self._earliest < now:
+                self._follow_runs()
+            if self._earliest < now:
                 self._advance_runs(now)
             return (self.kv_used + self.kv_run) / self.kv_total
         if name == "cache_hit_rate":
@@ -108,11 +112,17 @@ class SignalBoard:
 
     # ---------------------------------------------------------------- fast-forwarded runs
     def run_started(self, inst: RunSource, now: int) -> None:
-        """A pushed instance planned a run of decode steps (it took the first step's blocks already)."""
+        """A pushed instance planned a run of decode steps (it took the first step's blocks already).
+        Nothing is computed yet: at ``now`` the run has taken nothing beyond its first step, and the
+        first later read that needs the value brings it up to date (many runs are never read inside)."""
+        slot = inst.slot
         if self._following:
-            self._follow(inst, inst.slot, now)
+            self.kv_run[slot] = 0
+            self.holds_until[slot] = now
+            if now < self._earliest:
+                self._earliest = now
         else:
-            self._in_run[inst.slot] = inst
+            self._in_run[slot] = inst
 
     def run_ended(self, inst: RunSource) -> None:
         """The run was applied: its blocks are in the instance's own count (pushed with the event)."""
@@ -123,32 +133,66 @@ class SignalBoard:
         else:
             self._in_run.pop(slot, None)
 
-    def _follow(self, inst: RunSource, slot: int, now: int) -> None:
-        blocks, holds_until = inst.run_blocks_at(now)
-        self.kv_run[slot] = blocks
-        if holds_until < 0:  # no later step of the run takes a block
-            holds_until = NEVER
-        self.holds_until[slot] = holds_until
-        if holds_until < self._earliest:
-            self._earliest = holds_until
-
-    def _follow_runs(self, now: int) -> None:
-        """The first read of KV use: follow the runs in flight from now on (and every later one)."""
+    def _follow_runs(self) -> None:
+        """The first read of KV use: follow the runs in flight from now on (and every later one). Their
+        values are brought up to date by the read itself (0 is at most what each has taken)."""
         self._following = True
-        for slot, inst in self._in_run.items():
-            self._follow(inst, slot, now)
+        for slot in self._in_run:
+            self.kv_run[slot] = 0
+            self.holds_until[slot] = -1
+        if self._in_run:
+            self._earliest = -1
         self._in_run.clear()
 
     def _advance_runs(self, now: int) -> None:
         """Bring ``kv_run`` to ``now`` for the runs whose value changed since the last read."""
         holds = self.holds_until
+        self._bring_up_to_date((holds < now).nonzero()[0].tolist(), now)
+        self._earliest = int(holds[holds.argmin()])
+
+    def _bring_up_to_date(self, slots: list[int], now: int) -> None:
+        """``kv_run`` and ``holds_until`` of ``slots`` (runs followed) as of ``now``."""
+        holds = self.holds_until
         instances = self.instances
         kv_run = self.kv_run
-        for slot in (holds < now).nonzero()[0].tolist():  # what _follow does, inlined (one call per run)
+        for slot in slots:  # one call per run: its blocks by now and the last instant they hold
             blocks, until = instances[slot].run_blocks_at(now)
             kv_run[slot] = blocks
             holds[slot] = until if until >= 0 else NEVER
-        self._earliest = int(holds[holds.argmin()])
+
+    # ---------------------------------------------------------------- bounded KV reads
+    def kv_bound(self) -> tuple[np.ndarray, bool]:
+        """KV use as a read of ``kv_utilization`` now would return it, without bringing the runs up to
+        date: every value is at most the true one (a run only takes blocks), exact except at the slots
+        :meth:`kv_loose` names; the flag is False when there are none. A policy that prefers low KV use
+        then asks :meth:`kv_exact` only of the slots that could win."""
+        if not (self.live or self.cadence["kv_utilization"][0] == 0 and self.delay_us == 0):
+            return self.published["kv_utilization"], False
+        now = self.loop.now
+        if not self.pushed:
+            return self.current("kv_utilization", now), False
+        if not self._following:
+            self._follow_runs()
+        return (self.kv_used + self.kv_run) / self.kv_total, self._earliest < now
+
+    def kv_loose(self) -> np.ndarray:
+        """The slots (ascending) whose value from :meth:`kv_bound` may be below the true one."""
+        if not (self.pushed and self._following) or self._earliest >= self.loop.now:
+            return np.zeros(0, dtype=np.int64)
+        return (self.holds_until < self.loop.now).nonzero()[0]
+
+    def kv_loose_at(self, slots: np.ndarray) -> np.ndarray:
+        """For each of ``slots``: whether its value from :meth:`kv_bound` may be below the true one."""
+        return self.holds_until[slots] < self.loop.now
+
+    def kv_exact(self, slot: int) -> float | None:
+        """The true KV use of ``slot`` now, brought up to date, where :meth:`kv_bound` gave less (else
+        None): the float a full read gives there."""
+        now = self.loop.now
+        if self.holds_until[slot] >= now:
+            return None
+        self._bring_up_to_date([slot], now)
+        return (int(self.kv_used[slot]) + int(self.kv_run[slot])) / float(self.kv_total[slot])
 
     def _pull(self) -> None:
         """Read every instance's state (a scrape without pushes: a few fields per instance)."""

@@ -31,6 +31,9 @@ import numpy as np
 from distsim.instance.kv_cache import matched
 from distsim.signals.prefix_tree import KeyTree, Node
 
+UNPACKED_BYTES = 4 << 20  # the masks' 0/1 vectors the index keeps, in bytes (a few hundred on 1,000 instances)
+FEW_MASKS = 4  # a match over at most this many sets of holders sums their vectors (more: one matrix product)
+
 
 class Run:
     """Keys from ``start`` keys deep down to the end of node ``end``, first key ``key``; in its instance's
@@ -59,6 +62,7 @@ class PrefixIndex:
         # owner, and a fresh 1,000-bit int per node would cost 160 bytes each
         self._bit = [1 << i for i in range(num_instances)]
         self._nbytes = (num_instances + 7) // 8
+        self._unpacked: dict[int, np.ndarray] = {}  # mask -> its 0/1 vector (see _holders)
 
     def record(self, instance: int, hashes: Sequence[Hashable]) -> None:
         """The blocks of a request routed to ``instance`` become (most recently) its."""
@@ -108,14 +112,26 @@ class PrefixIndex:
             return np.zeros(self.n, dtype=np.int64)
         # one unpack for every run's mask: a (runs x instances) 0/1 matrix, weighted by the run lengths
         nbytes = self._nbytes
-        if len(masks) == 1:  # the common case (one set of holders): no matrix, one unpack and a multiply
-            raw = np.frombuffer(masks[0].to_bytes(nbytes, "little"), dtype=np.uint8)
-            lengths = np.unpackbits(raw, bitorder="little")[: self.n] * np.int64(runs[0])
+        if len(masks) <= FEW_MASKS:  # the common case (a few sets of holders): no matrix, a multiply each
+            lengths = self._holders(masks[0]) * runs[0]
+            for mask, run in zip(masks[1:], runs[1:]):
+                lengths += self._holders(mask) * run
         else:
             raw = np.frombuffer(b"".join(m.to_bytes(nbytes, "little") for m in masks), dtype=np.uint8)
             bits = np.unpackbits(raw.reshape(len(masks), nbytes), axis=1, bitorder="little")[:, : self.n]
             lengths = np.asarray(runs, dtype=np.int64) @ bits
         return lengths * self.stride if self.stride > 1 else lengths
+
+    def _holders(self, mask: int) -> np.ndarray:
+        """``mask`` as a 0/1 int64 vector over the instances (read-only). A shared prompt is matched again
+        and again between changes of its holders, so recent masks' vectors are kept (up to UNPACKED_BYTES)."""
+        bits = self._unpacked.get(mask)
+        if bits is None:
+            if len(self._unpacked) * self.n * 8 >= UNPACKED_BYTES:
+                self._unpacked.clear()
+            raw = np.frombuffer(mask.to_bytes(self._nbytes, "little"), dtype=np.uint8)
+            bits = self._unpacked[mask] = np.unpackbits(raw, bitorder="little")[: self.n].astype(np.int64)
+        return bits
 
     def keys(self, instance: int) -> list[Hashable]:
         """The keys ``instance`` holds, least recent first (the per-key index's LRU order; for the tests)."""

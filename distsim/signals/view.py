@@ -75,6 +75,29 @@ class ClusterView:
     def kv_utilization(self) -> np.ndarray:
         return self._pick(self._board.read("kv_utilization"))
 
+    def kv_utilization_bound(self) -> tuple[np.ndarray, bool]:
+        """KV use at most the true value, exact except at :meth:`kv_loose_positions` (the flag: whether
+        there may be any); :meth:`kv_utilization_exact` gives the true value where it matters."""
+        util, loose = self._board.kv_bound()
+        return self._pick(util), loose
+
+    def kv_loose_positions(self) -> np.ndarray:
+        """The candidate positions (ascending) whose bounded KV use may be below the true one."""
+        slots = self._board.kv_loose()
+        if self._all:
+            return slots
+        members = self.members
+        where = np.minimum(np.searchsorted(members, slots), members.size - 1)
+        return where[members[where] == slots]
+
+    def kv_loose_among(self, positions: np.ndarray) -> np.ndarray:
+        """Those of the candidate ``positions`` whose bounded KV use may be below the true one."""
+        return positions[self._board.kv_loose_at(positions if self._all else self.members[positions])]
+
+    def kv_utilization_exact(self, position: int) -> float | None:
+        """The true KV use of the candidate at ``position`` where the bound gave less (else None)."""
+        return self._board.kv_exact(position if self._all else int(self.members[position]))
+
     def cache_hit_rate(self) -> np.ndarray:
         return self._pick(self._board.read("cache_hit_rate"))
 

@@ -26,7 +26,10 @@ SourceBuilder = Callable[[DictConfig, int, int], WorkloadSource]  # (cfg, seed, 
 
 
 def as_config(cfg) -> DictConfig:
-    """The workload node merged onto the schema, so every key exists and has the right type."""
+    """The workload node merged onto the schema, so every key exists and has the right type (a node Hydra
+    composed onto the schema is that already: merging it again cost half of resolving the config)."""
+    if isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is WorkloadConfig:
+        return cfg
     base = OmegaConf.structured(WorkloadConfig)
     if cfg is None:
         return base

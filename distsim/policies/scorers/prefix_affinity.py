@@ -3,9 +3,9 @@ Instances with more than ``load_guard`` outstanding requests above the least loa
 shared prefix cannot pull all traffic onto one warm instance (the herding that llm-d-like defaults
 show when most requests share a system prompt)."""
 
-import numpy as np
+import math
 
-from distsim.policies.scorers.base import SCORERS, Scorer
+from distsim.policies.scorers.base import SCORERS, Scorer, as_vector
 
 
 @SCORERS.register("prefix_affinity")
@@ -14,10 +14,19 @@ class PrefixAffinityScorer(Scorer):
         super().__init__(params)
         self.guard = float(params.load_guard)
 
-    def score(self, req, view) -> np.ndarray:
+    def score(self, req, view):
+        return as_vector(self.bound(req, view)[0], view.n)
+
+    def bound(self, req, view):
         if not req.block_hashes:
-            return np.zeros(view.n)
-        share = view.prefix_match(req) / len(req.block_hashes)
+            return 0.0, None
+        match = view.prefix_match(req)
+        if match[match.argmax()] == 0:
+            return 0.0, None  # nobody holds the first block: every share is 0
+        share = match / len(req.block_hashes)
         outstanding = view.outstanding()
-        share[outstanding > outstanding[outstanding.argmin()] + self.guard] = 0.0
-        return share
+        limit = outstanding[outstanding.argmin()] + self.guard
+        if not math.isinf(limit):
+            # counts above the float limit are those above its floor: an integer comparison, cheaper
+            share[outstanding > math.floor(limit)] = 0.0
+        return share, None
