@@ -12,23 +12,26 @@ from __future__ import annotations
 import gc
 import sys
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from distsim import command
 
-from distsim import command, outputs
-from distsim.config.compose import CONF_DIR, skip_hydra_mode_compose
-from distsim.config.schema import register_schemas
-from distsim.errors import UserError, print_warnings_as_lines
-from distsim.hydra_entry import install as install_hydra_entry
-from distsim.provenance import mark_from_hydra
-from distsim.run_dir import exit_if_unwritable
+with command.starting("distsim"):  # Ctrl-C while importing: one line, status 130
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig
 
-register_schemas()
-print_warnings_as_lines()
-# What the imports and the schema made lives as long as the process: frozen, no collection looks at it
-# again (they went through it at every full collection of the run and at exit: 0.08 CPU-s of a short run).
-gc.freeze()
+    from distsim import outputs
+    from distsim.config.compose import CONF_DIR, skip_hydra_mode_compose
+    from distsim.config.schema import register_schemas
+    from distsim.errors import UserError, print_warnings_as_lines
+    from distsim.hydra_entry import install as install_hydra_entry
+    from distsim.provenance import mark_from_hydra
+    from distsim.run_dir import exit_if_unwritable
+
+    register_schemas()
+    print_warnings_as_lines()
+    # What the imports and the schema made lives as long as the process: frozen, no collection looks at it
+    # again (they went through it at every full collection of the run and at exit: 0.08 CPU-s of a short run).
+    gc.freeze()
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -16,10 +16,11 @@ and status 130 (the shell's for SIGINT). Files are written before the report is 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NoReturn, TextIO
 
 from distsim.errors import OutputError, os_reason
@@ -71,6 +72,17 @@ def check_stdout() -> None:
     """Wrap sys.stdout (once) so that a failed write raises StdoutError; see the module docstring."""
     if not isinstance(sys.stdout, _CheckedStdout):
         sys.stdout = _CheckedStdout(sys.stdout)  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def starting(prog: str) -> Iterator[None]:
+    """A command's imports, before :func:`run` guards its main: Ctrl-C there (the first half second of a
+    ``python -m distsim``) is the same one line and status 130, not a traceback from inside an import."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted while starting: nothing written", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
 
 
 def run(prog: str, main: Callable[[], int | None]) -> NoReturn:

@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("workload", ("distsim.workload",)),  # request sources, their SLO defaults
     ("progress", ("distsim.progress",)),  # a run's progress line (it counts the workload's requests)
     # the recorder and the generic tables and figures made from it; fitness, measurement windows
-    ("metrics", ("distsim.metrics",)),
+    ("metrics", ("distsim.metrics", "distsim.probe")),  # probe: a run's phase hooks (it names the recorder's types)
     ("autoscale", ("distsim.autoscale",)),  # scalers and the controller, over the pools they declare (host.py)
     ("cluster", ("distsim.cluster",)),  # pools of instances behind one router; engine checks, pool resolution
     # the features whose machinery is the cluster's or the instances': their reports (distsim.feature)
@@ -54,7 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # section's settings, the runner's and the search's schemas
     ("config", ("distsim.config",)),
     ("resolve", ("distsim.resolve",)),  # the whole config into one frozen Scenario, composing the features' settings
-    ("simulate", ("distsim.simulate", "distsim.probe", "distsim.hydra_entry")),  # one run, its phase hooks; Hydra's steps
+    ("simulate", ("distsim.simulate", "distsim.hydra_entry")),  # one run; Hydra's steps
     ("regret", ("distsim.regret",)),  # fork-and-replay regret of a run's decisions; the latency lower bound
     ("runner", ("distsim.runner",)),  # sweeps of runs
     ("search", ("distsim.search",)),  # policy search over sweeps

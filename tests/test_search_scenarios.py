@@ -8,7 +8,7 @@ import yaml
 from distsim import load_config
 from distsim.resolve import resolve
 from distsim.search import calibrate as cal
-from distsim.search.scenarios import NAMED, SPLIT_SEQS, config_yaml, families, main
+from distsim.search.scenarios import NAMED, SPLIT_SEQS, config_yaml, draw, families, main
 
 
 def _seqs(overrides: str) -> int:
@@ -78,6 +78,6 @@ def test_a_draw_capacity_cannot_judge_is_redrawn():
         bad = first["n"] <= 3 * len(cal.POLICIES)
         return {"requests_per_s": 99.0 if bad else 5.0, "at_roofline": bad, "offered_rps": 10.0}
 
-    drawn, notes, table = cal.calibrated_families(1, 0, seed=2, measure=once_bad)
+    drawn, notes, table = cal.calibrated_families(1, 0, 2, draw, measure=once_bad)
     assert list(table.groupby("attempt")["kept"].all()) == [False, True]
     assert drawn["train"]["train_0"] != families(1, 0, seed=2)["train"]["train_0"]  # the second draw

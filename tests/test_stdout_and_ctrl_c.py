@@ -120,6 +120,29 @@ def run_files(run_dir: Path) -> set[str]:
     return {p.name for p in run_dir.iterdir() if p.name != ".hydra" and not p.name.endswith(".log")}
 
 
+INTERRUPT_AT_IMPORT = """
+import importlib.abc, os, signal, sys
+
+class _Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["INTERRUPT_AT"]:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C just as the command imports this module
+        return None
+
+sys.meta_path.insert(0, _Interrupt())
+"""
+
+
+@pytest.mark.parametrize("module_name", ["distsim.simulate", "distsim.run_dir"])  # the package's imports, then __main__'s
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(tmp_path, module_name):
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPT_AT_IMPORT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "INTERRUPT_AT": module_name}
+    done = subprocess.run([sys.executable, "-m", "distsim", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, preexec_fn=at_terminal)
+    one_line(done, 130, "distsim: interrupted while starting: nothing written")
+    assert not (tmp_path / "run").exists() and done.stdout == ""
+
+
 def test_ctrl_c_while_simulating_writes_nothing_and_exits_130(tmp_path):
     run_dir = tmp_path / "run"
     proc = started(module("distsim", "workload.num_requests=300000", f"hydra.run.dir={run_dir}"))

@@ -73,6 +73,7 @@ def load_overrides(workload: str, factor: float) -> list[str]:
 
 
 Measure = Callable[[list[str], int, str], dict[str, Any]]  # as capacity's
+Draw = Callable[[np.random.Generator, str], list[str]]  # a part of the space ("train" or "holdout") to overrides
 
 
 def calibrate(overrides: list[str], rows: list[dict[str, Any]], where: dict[str, Any], measure: Measure = capacity) -> Calibrated | None:
@@ -99,12 +100,11 @@ def calibrate(overrides: list[str], rows: list[dict[str, Any]], where: dict[str,
 
 
 def calibrated_families(
-    train: int, holdout: int, seed: int, *, echo: bool = False, measure: Measure = capacity
+    train: int, holdout: int, seed: int, draw: Draw, *, echo: bool = False, measure: Measure = capacity
 ) -> tuple[dict[str, dict[str, str]], dict[str, str], pd.DataFrame]:
     """Like distsim.search.scenarios.families, every family calibrated: (families, a note per family, every
-    draw tried and its built-ins' capacities)."""
-    from distsim.search.scenarios import draw
-
+    draw tried and its built-ins' capacities). ``draw``: one scenario's overrides from a part of the space
+    (distsim.search.scenarios.draw)."""
     rng = np.random.default_rng(seed)
     drawn: dict[str, dict[str, str]] = {"train": {}, "holdout": {}}
     notes: dict[str, str] = {}

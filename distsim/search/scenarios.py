@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         from distsim.search.calibrate import calibrated_families
 
-        drawn, notes, table = calibrated_families(args.train, args.holdout, args.seed, echo=True)
+        drawn, notes, table = calibrated_families(args.train, args.holdout, args.seed, draw, echo=True)
         outputs.write_csv(out / "calibration.csv", table)
     else:
         drawn = families(args.train, args.holdout, args.seed)
