@@ -137,7 +137,7 @@ class Instance(Scheduler):
         self.plan = StepPlan()
         self.decoders = DecodeSet(params.block_size)
         # bound once: every step schedules it (with async scheduling, a wrapper that notes what was visible)
-        self._event = self._on_event_async if params.async_scheduling else self._on_event
+        self._event = self._on_event
         self.on_first_token: Callable[[Request, int], None] | None = None  # with hedging (see connect)
         self._set_parts(params, cpu, cancellable)
 
@@ -325,28 +325,17 @@ class Instance(Scheduler):
 
     # ------------------------------------------------------------------ the step cycle
     def _on_event(self, now: int, version: int) -> None:
-        if version != self.version:
-            return  # a run that was cut short
-        if self.plan.steps:
-            self._apply_plan(now)
-        if self.aborts:
-            self.cancellation.apply(now)
-        self._plan_next(now)
-        if self.board is not None:
-            self.publish_to(self.board)
-
-    def _on_event_async(self, now: int, version: int) -> None:
-        """The step event under async scheduling: the next step was scheduled when the one ending now began
-        (a run's last step), so only requests enqueued by then are visible; an idle engine sees all at once.
-        Then what ``_on_event`` does, repeated here: one call less on every step event (the default)."""
+        """The step event. Under async scheduling (``lag``) the next step was scheduled when the one ending
+        now began (a run's last step), so only requests enqueued by then are visible; an idle engine sees
+        all at once."""
         if version != self.version:
             return  # a run that was cut short
         plan = self.plan
         if plan.steps:
-            ends = plan.ends_us  # plan.last_begin_us(), inlined
-            self.visible_us = plan.begin_us if ends is None or plan.steps == 1 else ends[plan.steps - 2]
+            if self.lag:
+                self.visible_us = plan.last_begin_us()
             self._apply_plan(now)
-        else:
+        elif self.lag:
             self.visible_us = now
         if self.aborts:
             self.cancellation.apply(now)
