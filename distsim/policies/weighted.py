@@ -67,9 +67,7 @@ class Weighted(Router):
             # a score the same for every candidate (a float) adds one float, and 0.0 nothing
             if total is None:
                 total = np.full(view.n, score * w) if type(score) is float else np.multiply(score, w, dtype=np.float64)
-            elif type(score) is not float:
-                total += w * score
-            elif score:
+            elif type(score) is not float or score:
                 total += w * score
             if where is not None:
                 loose.append((len(parts) - 1, where))
