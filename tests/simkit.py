@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from omegaconf import OmegaConf
 
 from distsim.catalog.hardware import HardwareSpec
@@ -15,6 +16,7 @@ from distsim.cluster.pools import PoolSpec
 from distsim.cluster.settings import FrontendSettings, PolicySettings, TransferSettings
 from distsim.config.schema import CellsConfig, PolicyConfig, SignalsConfig
 from distsim.events.loop import EventLoop
+from distsim.instance.decode_set import ceil_div
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.linear import LinearLatency
 from distsim.metrics.recorder import Recorder
@@ -46,6 +48,24 @@ def tiny_model(kv_bytes_per_token: int) -> ModelSpec:
         name="tiny", num_layers=1, hidden_size=64, num_attention_heads=1, num_kv_heads=1,
         head_dim=kv_bytes_per_token // 4, intermediate_size=64, vocab_size=64, dtype_bytes=2,
     )
+
+
+def shared_prefix_requests(
+    seed: int, n: int, gap_us: float, prompt: tuple[int, int], shared_blocks: int, output: tuple[int, int]
+) -> list[Request]:
+    """Poisson arrivals (mean gap ``gap_us``) of prompts of ``prompt`` tokens (block size 4) opening with up to
+    ``shared_blocks`` blocks of one of three shared prefixes, then private blocks; ``output`` tokens each
+    (integers in [lo, hi)): long enough outputs make decode runs."""
+    rng = np.random.default_rng(seed)
+    reqs = []
+    for i, t in enumerate(np.cumsum(rng.exponential(gap_us, n)).astype(np.int64)):
+        tokens = int(rng.integers(*prompt))
+        blocks = ceil_div(tokens, 4)
+        shared = int(rng.integers(0, 3)) * 1000
+        hashes = tuple(shared + b for b in range(min(blocks, shared_blocks)))
+        hashes += tuple(10**6 + i * 100 + b for b in range(blocks - shared_blocks))
+        reqs.append(Request(i, int(t), tokens, int(rng.integers(*output)), block_hashes=hashes))
+    return reqs
 
 
 def engine(**kw) -> EngineParams:

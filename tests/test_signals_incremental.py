@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from simkit import engine, policy, run, signals, transfer
+from simkit import engine, policy, run, shared_prefix_requests, signals, transfer
 
 from distsim.instance.decode_set import ceil_div
 from distsim.instance.latency.linear import LinearLatency
@@ -145,19 +145,6 @@ def test_a_long_decode_run_is_read_mid_run_at_a_cost_bounded_by_its_steps(monkey
     assert calls["n"] < reads  # far fewer than the reads
 
 
-def _requests(seed: int, n: int, gap_us: float) -> list[Request]:
-    """Shared and private prompt blocks (block size 4), outputs long enough for decode runs."""
-    rng = np.random.default_rng(seed)
-    reqs = []
-    for i, t in enumerate(np.cumsum(rng.exponential(gap_us, n)).astype(np.int64)):
-        prompt = int(rng.integers(4, 160))
-        blocks = ceil_div(prompt, 4)
-        shared = int(rng.integers(0, 3)) * 1000
-        hashes = tuple(shared + b for b in range(min(blocks, 5))) + tuple(10**6 + i * 100 + b for b in range(blocks - 5))
-        reqs.append(Request(i, int(t), prompt, int(rng.integers(1, 120)), block_hashes=hashes))
-    return reqs
-
-
 def _pd_pools(async_scheduling: bool):
     from simkit import FAKE_HW, tiny_model
 
@@ -206,7 +193,7 @@ def test_kv_use_read_at_every_routing_decision_equals_recomputing_every_run(case
         return original(self, req, now, router, view, stage)
 
     monkeypatch.setattr(Cluster, "_route", checked)
-    reqs = _requests(seed, 160, 400.0)
+    reqs = shared_prefix_requests(seed, 160, 400.0, (4, 160), 5, (1, 120))
     sigs = signals(interval)
     if isinstance(kw, str):
         sim = run(reqs, pools=_pd_pools(kw == "pd_async"), policy_cfg=policy(routing), signals_cfg=sigs,

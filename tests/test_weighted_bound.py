@@ -7,25 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from simkit import engine, policy, run, transfer
+from simkit import engine, policy, run, shared_prefix_requests, transfer
 
-from distsim.instance.decode_set import ceil_div
 from distsim.policies.choice import pick_max
 from distsim.policies.weighted import Weighted
-from distsim.request import Request
-
-
-def _requests(seed: int, n: int, gap_us: float) -> list[Request]:
-    """Prompts opening with one of three shared prefixes (block size 4), long outputs: decode runs."""
-    rng = np.random.default_rng(seed)
-    reqs = []
-    for i, t in enumerate(np.cumsum(rng.exponential(gap_us, n)).astype(np.int64)):
-        prompt = int(rng.integers(8, 120))
-        blocks = ceil_div(prompt, 4)
-        shared = int(rng.integers(0, 3)) * 1000
-        hashes = tuple(shared + b for b in range(min(blocks, 6))) + tuple(10**6 + i * 100 + b for b in range(blocks - 6))
-        reqs.append(Request(i, int(t), prompt, int(rng.integers(20, 200)), block_hashes=hashes))
-    return reqs
 
 
 def _pd_pools() -> list:
@@ -73,7 +58,7 @@ def test_bounded_kv_use_decides_and_reports_as_exact_scores_do(seed, scorers, mo
 
     monkeypatch.setattr(Weighted, "route", checked)
     params = engine(max_num_seqs=16, max_num_batched_tokens=64, block_size=4, total_kv_blocks=400)
-    reqs = _requests(seed, 300, 150.0)
+    reqs = shared_prefix_requests(seed, 300, 150.0, (8, 120), 6, (20, 200))
     if scorers == "pd":  # two routers, each over a pool: candidate positions are not board slots
         run(reqs, pools=_pd_pools(), policy_cfg=policy("weighted"), transfer_cfg=transfer(0.5, 50.0))
     else:
@@ -99,7 +84,7 @@ def test_a_decision_brings_up_to_date_far_fewer_runs_than_a_full_read(monkeypatc
 
     monkeypatch.setattr(Instance, "run_blocks_at", counted)
     params = engine(max_num_seqs=16, max_num_batched_tokens=64, block_size=4, total_kv_blocks=400)
-    reqs = _requests(3, 300, 150.0)
+    reqs = shared_prefix_requests(3, 300, 150.0, (8, 120), 6, (20, 200))
     run(reqs, params, instances=6, policy_cfg=policy("least_kv"))
     full = calls["n"]
     calls["n"] = 0
