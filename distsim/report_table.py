@@ -51,6 +51,8 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
 
 
 def _capacity_line(c: dict[str, Any]) -> str:
+    if c.get("not_measured"):
+        return f"capacity      not measured: {c['not_measured']}"
     hi = "none failed" if c["bracket_rps"][1] is None else f"{_fmt(c['bracket_rps'][1], 2)} failed"
     if c.get("at_roofline"):
         hi = "met at the roofline: too few requests to tell"
