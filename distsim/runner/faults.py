@@ -7,6 +7,8 @@ They let the tests show the failure paths on a real Ray pool without special con
                                      (the marker file records that it did, so the retry succeeds)
     DISTSIM_FAULT_HANG=2:/tmp/mark   the worker running job 2 sleeps for ever the first time, alive but
                                      silent (with the marker as above); DISTSIM_FAULT_HANG=2: every time
+    DISTSIM_FAULT_REGISTER_LATE_S=40 a local Ray's raylet counts as registered only 40 s into each start
+                                     (the driver reads it: as the raylet of a busy machine registers late)
 """
 
 from __future__ import annotations
@@ -48,3 +50,8 @@ def inject(job_index: int) -> None:
     spec = os.environ.get(PREFIX + "HANG", "")
     if spec and _first_time(spec, job_index):
         threading.Event().wait()
+
+
+def register_late_s() -> float:
+    """Seconds into a start before the raylet may count as registered (DISTSIM_FAULT_REGISTER_LATE_S)."""
+    return float(os.environ.get(PREFIX + "REGISTER_LATE_S", "0") or 0)

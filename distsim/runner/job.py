@@ -50,6 +50,7 @@ def _run_info(t0: float) -> dict[str, Any]:
         RUN_PREFIX + "wall_s": round(time.perf_counter() - t0, 4),
         RUN_PREFIX + "host": socket.gethostname(),
         RUN_PREFIX + "pid": os.getpid(),
+        RUN_PREFIX + "niceness": os.nice(0),  # the worker's priority (runner.worker_niceness)
     }
 
 

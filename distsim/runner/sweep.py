@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from distsim import outputs
-from distsim.runner import claim, faults, store
+from distsim.runner import claim, faults, startup, store
 from distsim.runner.compose import Composer, compose_all, compose_key
 from distsim.runner.outcome import SweepOutcome
 from distsim.runner.plan import Job, SweepPlan
@@ -97,13 +97,16 @@ def _execute(
     Each finished job's row is appended to ``rows`` at once, so an interrupted sweep keeps them."""
     times = DriverTimes()
     t0 = time.perf_counter()
-    session = connect(settings.address, settings.ship_package)  # before ray is imported (local_ray)
+    session = connect(settings.address, settings.ship_package, start_timeout_s=settings.start_timeout_s)  # before ray is imported (local_ray)
     import ray
 
     pool = None
     try:
         workers = max(1, min(settings.num_workers or session.cpus, len(todo)))
-        options: dict[str, Any] = {"num_cpus": 1.0 if workers <= session.cpus else session.cpus / workers}
+        options: dict[str, Any] = {
+            "num_cpus": 1.0 if workers <= session.cpus else session.cpus / workers,
+            "runtime_env": {"env_vars": startup.worker_env(settings.worker_niceness)},  # merged with the job's
+        }
         pool = ActorPool(
             workers, str(sweep_dir), {}, settings.max_retries, options, (cwd, faults.forwarded_env()),
             watchdog=Watchdog(settings.job_timeout_s),
