@@ -119,3 +119,17 @@ def test_the_command_runs_as_a_module(tmp_path):
     assert helped.returncode == 0 and "fit serving terms on runs" in helped.stdout
     bare = run()
     assert bare.returncode == 2 and bare.stderr.count("\n") == 1 and "give a stage first" in bare.stderr
+
+
+@pytest.mark.skipif(not SUITE.is_dir(), reason=f"{SUITE} is absent")
+@pytest.mark.parametrize("stage", ["runs", "residuals", "validate"])
+@pytest.mark.parametrize("ids", ["nosuchrun", "nosuchrun,67", " , "])
+def test_every_stage_checks_runs_the_same_way(stage, ids, tmp_path, capsys):
+    """Before: ``residuals --runs nosuchrun`` exit 0 with an empty table (``nosuchrun,67``: run 67 only)."""
+    extra = {"runs": ["--workers", "1", "--out", str(tmp_path / "fit.json")], "residuals": [],
+             "validate": ["--out", str(tmp_path / "v")]}[stage]  # fmt: skip
+    assert main([stage, str(SUITE), "--runs", ids, "workload.num_requests=50", *extra]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("distsim.calibrate: --runs: ")
+    assert (f"no run nosuchrun in {SUITE}" if "nosuchrun" in ids else "no run id given") in line
+    assert not (tmp_path / "fit.json").exists() and not (tmp_path / "v" / "suite.csv").exists()
