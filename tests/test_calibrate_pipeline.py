@@ -101,13 +101,17 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
         (["report", "nowhere.json"], "nowhere.json: cannot read a serving fit"),
         (["validate", "RUN", "--fit", "nowhere.json"], "--fit nowhere.json: not a fit written by calibrate runs"),
         (["report", "FIT", "--residuals"], "--residuals needs a fit on a folder of runs"),
+        (["report", "CUT"], "not a serving fit (calibrate runs) (no 'start.values')"),  # before: a KeyError traceback
     ],
 )
 def test_a_users_mistake_is_one_line_and_exit_2(argv, words, run, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fit = tmp_path / "fit.json"
-    fit.write_text(json.dumps({"command": "c", "start": {}, "fit": {"runs": {}}, "data": [str(run)]}))
-    argv = [{"RUN": str(run), "FIT": str(fit)}.get(a, a) for a in argv]
+    part = {"values": {}, "runs": {}, "medians": {}}
+    fit.write_text(json.dumps({"command": "c", "start": part, "fit": part, "data": [str(run)]}))
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps({"command": "c", "start": {}, "fit": {"runs": {}}, "data": [str(run)]}))
+    argv = [{"RUN": str(run), "FIT": str(fit), "CUT": str(cut)}.get(a, a) for a in argv]
     assert main(argv) == 2
     assert words in one_line_error(capsys)
 
