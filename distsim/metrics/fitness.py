@@ -128,5 +128,19 @@ def weighted_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
     return total / sum(weights.values())
 
 
+_PER_LABEL = {"gpu": ("per GPU", "req/s"), "dollar": ("per dollar per hour", "req/s per $/h"), "none": ("", "req/s")}
+
+
+def fitness_label(cfg: FitnessSettings) -> str:
+    """What the fitness figure is and its unit, as the printed summary names it: "goodput per GPU, req/s"."""
+    if cfg.kind in ("goodput", "capacity"):
+        per, unit = _PER_LABEL.get(cfg.per, (f"per {cfg.per}", "req/s"))
+        return f"{cfg.kind} {per}".strip() + f", {unit}"
+    if cfg.kind == "weighted":
+        weighed = [name for name, w in dict(cfg.weights or DEFAULT_WEIGHTS).items() if w]
+        return "weighted score of " + ", ".join(weighed) + ", 0 to 1"
+    return cfg.kind
+
+
 def compute_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float | None:
     return rnd(FITNESS.get(cfg.kind)(summary, cfg), 6)
