@@ -18,7 +18,7 @@ SMALL = ["workload.num_requests=300", "workload.arrival.rate_rps=30", "cluster.i
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "distsim", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "distsim", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")

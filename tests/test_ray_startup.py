@@ -10,29 +10,15 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from clikit import ROOT, assert_user_error
+from raykit import session_processes
 
 from distsim.errors import ConfigError
 from distsim.runner.settings import RunnerSettings
 
 SETTLE_S = 120  # how long Ray's clean-up may take to finish on a loaded machine: a bound on waiting, not a check
-
-
-def _session_processes(driver_pid: int) -> list[int]:
-    """Live processes whose command line names a Ray session the driver ``driver_pid`` started."""
-    tag = f"_{driver_pid}/".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if tag in Path(f"/proc/{name}/cmdline").read_bytes():
-                    found.append(int(name))
-            except OSError:
-                continue
-    return found
 
 
 def _run(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, int]:
@@ -52,9 +38,9 @@ def test_a_raylet_that_never_registers_is_one_line_after_one_retry_and_leaves_no
     assert line.startswith("distsim: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not list(tmp_path.glob("*/result.json"))
     deadline = time.monotonic() + SETTLE_S
-    while _session_processes(pid) and time.monotonic() < deadline:
+    while session_processes(pid) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _session_processes(pid) == []
+    assert session_processes(pid) == []
 
 
 START = """

@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -112,12 +114,25 @@ def bounded(bound_s: float) -> Iterator[None]:
             os.environ[GCS_WAIT_ENV] = before
 
 
+@contextlib.contextmanager
+def keeping_sigterm_handler() -> Iterator[None]:
+    """ray.init replaces the process's SIGTERM handler with one that raises SystemExit; a handler the
+    process installed itself (a test runner's, which stops the run on SIGTERM) is put back after it. The
+    default disposition is left to Ray, as before."""
+    mine = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    try:
+        yield
+    finally:
+        if callable(mine):
+            signal.signal(signal.SIGTERM, mine)
+
+
 def with_one_retry(start: Callable[[], Any], bound_s: float, clean_up: Callable[[], None] = lambda: None) -> Any:
     """``start()`` under :func:`bounded`; once more after a timeout (``clean_up`` between), then
     RayStartError naming what timed out and the setting."""
     for attempt in (1, 2):
         try:
-            with bounded(bound_s):
+            with bounded(bound_s), keeping_sigterm_handler():
                 return start()
         except StartTimedOut as err:
             clean_up()
