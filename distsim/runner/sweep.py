@@ -28,7 +28,7 @@ from distsim.runner.plan import Job, SweepPlan
 from distsim.runner.pool import ActorPool, DriverTimes, PoolEvents
 from distsim.runner.progress import Progress
 from distsim.runner.ranking import rank_configs
-from distsim.runner.rows import frame, retried_jobs
+from distsim.runner.rows import OUTPUT_FAILED, frame, retried_jobs
 from distsim.runner.session import connect, probe, ray_initialised
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.table import report_text
@@ -53,7 +53,7 @@ class SweepInterrupted(KeyboardInterrupt):
 def _exit_code(results: pd.DataFrame, strict: bool) -> int:
     failed = results[results["status"] != "ok"]
     if len(results) and len(failed) == len(results):
-        return 2 if (failed["error_kind"] == "user").all() else 1
+        return 2 if failed["error_kind"].isin(["user", OUTPUT_FAILED]).all() else 1
     if strict and len(failed):
         return 3
     return 0
