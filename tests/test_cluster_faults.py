@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from clikit import ROOT
 from raykit import local_ray
-from test_search import run, search_cfg
+from test_search import CMAES, FAMILIES, run, search_cfg
+from test_search import SMALL as SMALL_SEARCH
 
 from distsim import outputs
 from distsim.errors import OutputError, UserError
@@ -25,6 +28,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from soak_sweep import soak  # noqa: E402
 
 SMALL = ["workload.num_requests=200", "cluster.instances=2"]
+WAIT_S = 600  # a bound on waiting for a loaded machine, not a check of speed
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +49,43 @@ def test_workers_killed_mid_sweep_every_job_once_and_identical(ray_session, tmp_
     assert figures["retried_checked_identical"] == f"{n} of {n}"
 
 
+@pytest.fixture(scope="module")
+def whole_search(ray_session, tmp_path_factory):
+    """One generation of test_search's small search, run without a fault: what each faulted run must match."""
+    out = tmp_path_factory.mktemp("whole")
+    return run(search_cfg(1), out), out
+
+
+def test_a_search_driver_killed_mid_generation_resumes_to_the_same_candidates(whole_search, tmp_path):
+    """kill -9 of ``python -m distsim.search`` once some of a generation's jobs are done (its lock and its
+    Ray go with it), then the same command again: the finished jobs are not run twice and
+    candidates.parquet is byte-identical to an uninterrupted search's (docs/guide/search.md)."""
+    _, whole = whole_search
+    out = tmp_path / "killed"
+    args = [sys.executable, "-m", "distsim.search", *SMALL_SEARCH, *FAMILIES, *CMAES, "search.population=4",
+            "search.generations=1", "search.train_seeds=[0,1]", "search.holdout_seeds=[]", "search.baselines=[]",
+            "runner.num_workers=2", "runner.progress=false", f"hydra.run.dir={out}"]  # fmt: skip
+    driver = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + WAIT_S
+    while len(list(out.glob("gen_000/*/result.json"))) < 3 and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert driver.poll() is None, driver.communicate()[1][-3000:]
+    driver.kill()
+    driver.wait()
+    done = {p.parent: p.stat().st_mtime_ns for p in out.glob("gen_000/*/result.json")}
+    assert done and not (out / "candidates.parquet").exists()
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert all((job / "result.json").stat().st_mtime_ns == t for job, t in done.items())  # not run twice
+    assert (out / "candidates.parquet").read_bytes() == (whole / "candidates.parquet").read_bytes()
+
+
 def test_a_full_disk_during_a_searchs_candidate_writes_stops_it_and_the_rerun_is_identical(
-    ray_session, tmp_path, monkeypatch
+    whole_search, tmp_path, monkeypatch
 ):
     """Before: the job that met the full disk failed, its candidate scored as the worst and the search went
     on, told a wrong value. Now the search stops with one line; a rerun resumes from the jobs on disk."""
-    whole = run(search_cfg(1), tmp_path / "whole")
+    whole, whole_dir = whole_search
     out = tmp_path / "full"
     marker = tmp_path / "disk_was_full"
     monkeypatch.setenv("DISTSIM_FAULT_FULL_DISK", f"3:{marker}")  # job 3 of the first sweep that has one
@@ -73,7 +108,7 @@ def test_a_full_disk_during_a_searchs_candidate_writes_stops_it_and_the_rerun_is
     done = {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}
     resumed = run(search_cfg(1), out)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == done  # nothing simulated again
-    assert (out / "candidates.parquet").read_bytes() == (tmp_path / "whole" / "candidates.parquet").read_bytes()
+    assert (out / "candidates.parquet").read_bytes() == (whole_dir / "candidates.parquet").read_bytes()
     assert resumed.best_overrides == whole.best_overrides and not list(out.rglob("*.tmp"))
 
 
