@@ -120,6 +120,29 @@ class SessionConfig:
 
 
 @dataclass
+class ClientStageConfig:
+    """One stage of a closed-loop run: this many clients for this long (inference-perf's stages, a GuideLLM
+    concurrency sweep)."""
+
+    clients: int = 1  # concurrent clients during the stage
+    duration_s: float = 60.0  # how long the stage lasts
+
+
+@dataclass
+class ClientsConfig:
+    """Closed-loop clients: ``count`` users, each sending its next request when its previous reply is in
+    (plus a think time), as ``vllm bench serve --max-concurrency``, GuideLLM's concurrent profile and
+    inference-perf's concurrency stages do. Off while ``count`` and ``stages`` are both null."""
+
+    count: int | None = None  # concurrent clients (null: open loop, unless stages are set)
+    stages: list[ClientStageConfig] | None = None  # clients per stage, in order (instead of count)
+    mode: str = "closed"  # closed: a free client sends at once | mixed: not before the request's own arrival time
+    # a client's pause between a reply and its next request (the default: none)
+    think_time_s: DistConfig = field(default_factory=lambda: DistConfig(dist="fixed", value=0.0))
+    ramp_s: float = 0.0  # new clients start evenly spread over this many seconds (at the start, at each stage)
+
+
+@dataclass
 class RequestTypeConfig:
     """A non-LLM request type of ``workload.mix`` (distsim.workload.mix): how many batch items a request
     carries (images per request; audio windows), each item's size in the type's unit (image side in pixels;
@@ -141,6 +164,7 @@ class WorkloadConfig:
     tenants: TenantsConfig = field(default_factory=TenantsConfig)
     prefix: PrefixConfig = field(default_factory=PrefixConfig)
     sessions: SessionConfig = field(default_factory=SessionConfig)
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
     # trace replay (kind=trace)
     format: str | None = None  # mooncake | azure | burstgpt | csv | parquet
