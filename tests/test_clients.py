@@ -159,3 +159,21 @@ def test_a_max_concurrency_run_replays_closed_loop(tmp_path):
 def test_a_bad_max_concurrency_names_the_file(tmp_path):
     with pytest.raises(InputFileError, match="meta.json.*max_concurrency"):
         read_bench_run(bench_copy(tmp_path, max_concurrency=0))
+
+
+@pytest.mark.parametrize(
+    "world",
+    [
+        ["cluster.instances=4", "cluster.cells.count=2", "cluster.cells.rtt.spread_ms=20"],  # replies cross the network
+        ["cluster.instances=3", "policy.hedge.delay_ms=1"],  # copies settle on the original
+    ],
+    ids=["cells", "hedging"],
+)
+def test_clients_drive_every_world(world):
+    r = simulate(load_config([*SMALL, *world, "workload.clients.count=6", "workload.num_requests=300"]))
+    df = r.requests
+    if "hedging" in r.summary:
+        assert r.summary["hedging"]["copies_sent"] > 0
+    assert len(df) == 300 and (df["status"] == "completed").all()
+    for _, g in df.sort_values("request_id").groupby("client"):
+        assert (g["arrival_ms"].to_numpy()[1:] >= replies_ms(g)[:-1]).all()
