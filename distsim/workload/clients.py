@@ -21,11 +21,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from distsim.errors import ConfigError, SimulationError
-from distsim.events.loop import PRIO_ARRIVAL
 from distsim.events.rng import stream
 from distsim.request import Request
 from distsim.workload import checks
 from distsim.workload.base import ArrivalSink, DrivenSource, WorkloadSource
+from distsim.workload.driven import Driver
 from distsim.workload.lengths import Buffered, Sampler
 from distsim.workload.schema import ClientsConfig
 
@@ -112,29 +112,26 @@ class ClosedLoopSource(DrivenSource):
         _Loop(self, sink).start()
 
 
-class _Loop:
+class _Loop(Driver):
     """One run's clients: who is busy (a request out, or thinking), the stage's target, the sends."""
 
     def __init__(self, source: ClosedLoopSource, sink: ArrivalSink):
-        self.src, self.sink, self.loop = source, sink, sink.loop
+        super().__init__(sink, source.reply_lag_us)
+        self.src = source
         settings = source.settings
         self.settings = settings
         self.requests: Iterator[Request] = iter(source.inner)
         self.think = None if settings.think is None else Buffered(settings.think, stream(source.seed, "workload/clients"))
         n = settings.max_clients
         self.busy = [False] * n  # a request out, thinking, or about to send
-        self.out = [0] * n  # requests out per client (never above 1)
+        self.out = [False] * n  # a request out
         self.target = 0  # clients 0 .. target-1 may send
-        self.owner: dict[int, int] = {}  # request id -> its client, while it is out
-        self.next_id = 0
-        self.ended = False
-        sink.record_listeners.append(self._replied)
 
     def start(self) -> None:
         for stage in self.settings.stages:
-            self.loop.schedule(stage.start_us, PRIO_ARRIVAL, self._stage, stage.clients)
+            self.at(stage.start_us, self._stage, stage.clients)
         if self.src.stop_us is not None:
-            self.loop.schedule(self.src.stop_us, PRIO_ARRIVAL, self._stop)
+            self.at(self.src.stop_us, self._stop)
 
     def _stage(self, now: int, clients: int) -> None:
         """A stage begins: clients above its count retire after their reply; idle ones below it start,
@@ -145,11 +142,11 @@ class _Loop:
         new = [c for c in range(old, clients) if not self.busy[c]] if clients > old else []
         for j, c in enumerate(new):
             self.busy[c] = True
-            self.loop.schedule(now + self.settings.ramp_us * j // len(new), PRIO_ARRIVAL, self._ready, c)
+            self.at(now + self.settings.ramp_us * j // len(new), self._ready, c)
         self._end_if_idle()
 
     def _stop(self, now: int, _=None) -> None:
-        self._end()
+        self.end()
 
     def _ready(self, now: int, c: int) -> None:
         """Client ``c`` may send: it takes the stream's next request (retiring instead if its stage let it go)."""
@@ -160,10 +157,10 @@ class _Loop:
         req = next(self.requests, None)
         if req is None:
             self.busy[c] = False
-            self._end()
+            self.end()
             return
         if self.settings.mode == "mixed" and req.arrival_us > now:
-            self.loop.schedule(req.arrival_us, PRIO_ARRIVAL, self._send, (c, req))
+            self.at(req.arrival_us, self._send, (c, req))
         else:
             self._send(now, (c, req))
 
@@ -171,34 +168,21 @@ class _Loop:
         c, req = item
         if self.out[c]:
             raise SimulationError(f"closed-loop client {c} sends a request while one is out")
-        self.out[c] = 1
-        rid = self.next_id
-        self.next_id += 1
-        req.request_id, req.arrival_us = rid, now
-        self.owner[rid] = c
+        self.out[c] = True
         self.src.client_of.append(c)
-        self.sink.arrive(now, req)
+        self.send(now, req, c)
 
-    def _replied(self, req: Request) -> None:
-        """A request's final status reached its client (completed, refused or dropped): after the reply
-        and a think time the client is ready again."""
-        c = self.owner.pop(req.request_id)  # every request is ours (a hedge records its original's id)
-        self.out[c] = 0
-        now = self.loop.now
-        back = req.completion_us + self.src.reply_lag_us if req.completion_us >= 0 else now
-        at = max(now, back)
+    def replied(self, c: int, req: Request, at_us: int) -> None:
+        """A request's final status reached its client (completed, refused or dropped): after a think time
+        the client is ready again."""
+        self.out[c] = False
         if self.think is not None:
-            at += round(self.think.next() * 1_000_000)
-        self.loop.schedule(at, PRIO_ARRIVAL, self._ready, c)
+            at_us += round(self.think.next() * 1_000_000)
+        self.at(at_us, self._ready, c)
 
     def _end_if_idle(self) -> None:
         if self.target == 0 and not any(self.busy) and self.settings.stages[-1].start_us <= self.loop.now:
-            self._end()
-
-    def _end(self) -> None:
-        if not self.ended:
-            self.ended = True
-            self.sink.end_arrivals()
+            self.end()
 
 
 def closed_loop(source: WorkloadSource, cfg, seed: int) -> ClosedLoopSource:

@@ -107,16 +107,32 @@ class TenantsConfig:
 
 
 @dataclass
+class ToolCallConfig:
+    """An agent's tool calls (``workload.sessions.tools``, closed-loop sessions only): after a turn, with
+    probability ``share`` the model calls ``calls`` tools in parallel; the next turn goes out when the
+    slowest returns, its new tokens the calls' results instead of a user's message, with no think time."""
+
+    share: float = 0.0  # of turns (but a session's last) that end in tool calls (0: none)
+    calls: DistConfig = field(default_factory=lambda: DistConfig(dist="fixed", value=1))  # parallel calls (fan-out)
+    latency_s: DistConfig = field(default_factory=lambda: DistConfig(dist="exponential", mean=1.0))  # each call's
+    result_tokens: DistConfig = field(default_factory=lambda: DistConfig(dist="fixed", value=200))  # each call's
+
+
+@dataclass
 class SessionConfig:
     """Multi-turn sessions: each turn's prompt holds the whole previous conversation plus new tokens.
 
-    Turn k+1 arrives a think time after turn k arrived (open loop: the workload does not see responses).
+    Open loop (the default), turn k+1 arrives a think time after turn k arrived (the workload does not see
+    responses); ``closed_loop``, a think (or tool) time after turn k's reply reached the client, as a chat
+    user or an agent does.
     """
 
     enabled: bool = False  # multi-turn sessions on
     turns: DistConfig = field(default_factory=lambda: DistConfig(dist="uniform", low=2, high=6))
     think_time_s: DistConfig = field(default_factory=lambda: DistConfig(dist="exponential", mean=10.0))
     max_context_tokens: int | None = None  # a session ends before a follow-up's prompt would exceed this
+    closed_loop: bool = False  # each turn waits for the previous turn's reply (agentic and chat sessions)
+    tools: ToolCallConfig = field(default_factory=ToolCallConfig)  # closed loop: tool calls between turns
 
 
 @dataclass
