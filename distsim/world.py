@@ -77,7 +77,8 @@ FEATURES: tuple[Entry, ...] = (
     Entry("signals", "distsim.signals.feature:SignalsFeature", lambda p: True),
     Entry("types", "distsim.runtime.feature:TypesFeature", lambda p: p.typed or bool(p.runtimes)),
     Entry("hedging", "distsim.hedging.feature:HedgingFeature", lambda p: p.policy.hedge.enabled),
-    Entry("clients", "distsim.workload.clients_feature:ClientsFeature", lambda p: _reports_on(p, "clients")),
+    Entry("clients", "distsim.closedloop.clients:ClientsFeature", lambda p: _reports_on(p, "clients")),
+    Entry("sessions", "distsim.closedloop.sessions:SessionsFeature", lambda p: _reports_on(p, "sessions")),
     Entry("cells", "distsim.cells.feature:CellsFeature", lambda p: p.cells is not None and p.cells.enabled),
 )
 

@@ -48,6 +48,10 @@ def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> Workload
         from distsim.workload.clients import closed_loop
 
         return closed_loop(source, cfg, seed)
+    if cfg.sessions.enabled and cfg.sessions.closed_loop:  # each turn waits for the previous reply
+        from distsim.workload.agentic import closed_loop_sessions
+
+        return closed_loop_sessions(source, cfg)
     if cfg.get("mix") is None:  # every request an LLM request (the mix module is not even imported)
         return source
     from distsim.workload.mix import resolve_mix
