@@ -76,8 +76,9 @@ def warn_other_kinds_keys(cfg) -> None:
         reads = [name for name in cfg if name not in TRACE_ONLY]
         checks.warn_unread(cfg, "workload", reads, "workload.kind 'synthetic' does not use it", schema)
         return
-    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY
-              if checks.is_set(cfg[name], getattr(schema, name)) and user_set_within(f"workload.{name}")]
+    replayed = ("sessions",) if cfg.sessions.enabled and cfg.sessions.closed_loop else ()  # a session trace, closed loop
+    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY if name not in replayed
+              and checks.is_set(cfg[name], getattr(schema, name)) and user_set_within(f"workload.{name}")]
     if unread:
         verb = "are" if len(unread) > 1 else "is"
         warn_config(

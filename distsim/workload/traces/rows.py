@@ -28,6 +28,8 @@ class TraceRow:
     rtype: str | None = None  # request type (workload.mix); None or "llm": an LLM request
     items: int | None = None  # a non-LLM request's batch items (None: 1)
     size: float | None = None  # its per-item size in its type's unit (None: 0)
+    wait_ns: int | None = None  # closed-loop sessions: from the previous turn's reply to this turn (None: 0)
+    tool_calls: int | None = None  # closed-loop sessions: the tool calls in that wait (None: 0)
 
 
 class TraceReader:
