@@ -183,7 +183,7 @@ class WorkloadConfig:
     clients: ClientsConfig = field(default_factory=ClientsConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
     # trace replay (kind=trace)
-    format: str | None = None  # mooncake | azure | burstgpt | csv | parquet
+    format: str | None = None  # mooncake | azure | burstgpt | servegen | csv | parquet
     path: str | None = None  # relative: cwd, then the repository root
     time_scale: float = 1.0  # multiply inter-arrival times (0.5 = twice the rate)
     target_rate_rps: float | None = None  # rescale times to this mean rate (instead of time_scale)

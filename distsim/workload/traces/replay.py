@@ -129,8 +129,13 @@ class TraceSource(WorkloadSource):
             kept += 1
             yield row
 
-    def _prepass(self) -> None:
+    def _reader(self):
         reader = READERS[self.format](self.path)
+        reader.seed = self.seed  # a reader that draws its rows (servegen) draws them from the run's seed
+        return reader
+
+    def _prepass(self) -> None:
+        reader = self._reader()
         n = inp = out = 0
         first = last = None
         has_tenant = False
@@ -205,7 +210,7 @@ class TraceSource(WorkloadSource):
 
     def _drafted(self) -> Iterator[tuple[Request, TraceRow]]:
         """``_drafts``' requests, each with its row."""
-        reader = READERS[self.format](self.path)
+        reader = self._reader()
         rows = self._selected(reader)
         rng = stream(self.seed, "workload/tenants")
         bs = self.block_size

@@ -37,6 +37,7 @@ class TraceReader:
     ``block_tokens``: the tokens per hash id of a format whose rows carry prompt block ids (None: none do)."""
 
     block_tokens: int | None = None
+    seed = 0  # a reader that draws its rows (ServeGen's windows) draws them from this (the run's seed)
 
     def __init__(self, path):
         self.path = path
