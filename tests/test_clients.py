@@ -14,6 +14,7 @@ import pytest
 from distsim import load_config, simulate
 from distsim.errors import ConfigError, InputFileError
 from distsim.fidelity.bench_format import read_bench_run
+from distsim.fidelity.replay import simulated_frame
 from distsim.fidelity.validation import validate
 from distsim.simulate import summary_json
 
@@ -151,6 +152,8 @@ def test_a_max_concurrency_run_replays_closed_loop(tmp_path):
     assert df["input_tokens"].tolist() == run_.requests["input_tokens"].tolist()  # its order and lengths
     assert max(in_flight_at(df, t) for t in df["arrival_ms"]) == 8
     assert v.result.summary["clients"]["clients"] == 8
+    frame = simulated_frame(run_, v.config)  # what calibration fits: the same closed-loop replay
+    assert len(frame) == 300 and np.allclose(np.sort(frame["arrival_s"] * 1000.0), np.sort(df["arrival_ms"]))
     assert read_bench_run(bench_copy(tmp_path / "b", max_concurrency=4, request_rate=5)).load_mode == "mixed"
     assert read_bench_run(BENCH).load_mode == "open"
 

@@ -167,7 +167,7 @@ class _Loop(Driver):
     def _send(self, now: int, item: tuple[int, Request]) -> None:
         c, req = item
         if self.out[c]:
-            raise SimulationError(f"closed-loop client {c} sends a request while one is out")
+            raise SimulationError(f"INV-28: closed-loop client {c} sends a request while one is out")
         self.out[c] = True
         self.src.client_of.append(c)
         self.send(now, req, c)
