@@ -94,3 +94,9 @@ def test_bad_values_name_their_key(override, key):
     with pytest.raises(ConfigError) as err:
         run("workload.sessions.tools.share=0.5", override)
     assert err.value.key == key
+
+
+def test_the_capacity_fitness_is_refused():
+    with pytest.raises(ConfigError) as err:
+        run("fitness.kind=capacity")
+    assert err.value.key == "fitness.kind" and "workload.sessions.closed_loop" in str(err.value)

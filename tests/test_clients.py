@@ -180,3 +180,14 @@ def test_clients_drive_every_world(world):
     assert len(df) == 300 and (df["status"] == "completed").all()
     for _, g in df.sort_values("request_id").groupby("client"):
         assert (g["arrival_ms"].to_numpy()[1:] >= replies_ms(g)[:-1]).all()
+
+
+def test_what_needs_a_fixed_stream_of_arrivals_is_refused():
+    with pytest.raises(ConfigError) as err:
+        run("workload.clients.count=2", "fitness.kind=capacity")
+    assert err.value.key == "fitness.kind" and "workload.clients" in str(err.value)
+    from distsim.regret.run import check_supported
+    from distsim.resolve import resolve
+
+    with pytest.raises(ConfigError, match="regret.samples: .*closed-loop clients"):
+        check_supported(resolve(load_config([*SMALL, "workload.clients.count=2"])))

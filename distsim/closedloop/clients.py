@@ -13,6 +13,13 @@ from distsim.feature import Feature, Measures, Parts
 from distsim.workload.clients import ClosedLoopSource
 
 
+def refuse_capacity(scenario: Any, key: str) -> None:
+    """The capacity fitness speeds a fixed stream of arrivals up; a closed loop makes its own."""
+    if scenario.fitness.kind == "capacity":
+        raise ConfigError("fitness.kind", f"capacity searches an arrival rate; {key} sends as replies come: "
+                          "sweep the clients (or sessions) instead")
+
+
 class ClientsFeature(Feature):
     name = "clients"
 
@@ -21,9 +28,11 @@ class ClientsFeature(Feature):
 
     @staticmethod
     def check(scenario: Any) -> None:
-        """Request types (a batching runtime's requests) go through a typed front the clients do not hear."""
+        """Request types (a batching runtime's requests) go through a typed front the clients do not hear;
+        the capacity fitness needs a fixed stream of arrivals."""
         if scenario.typed or scenario.runtimes:
             raise ConfigError("workload.clients", "closed-loop clients serve LLM requests only: unset workload.mix")
+        refuse_capacity(scenario, "workload.clients")
 
     def attach(self, parts: Parts) -> None:
         """A client reads its reply when the last token reaches it: after the front end's lag, if any."""

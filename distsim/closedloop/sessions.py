@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from distsim.closedloop.clients import refuse_capacity
 from distsim.feature import Feature, Measures, Parts
 from distsim.metrics.summary import distribution, rnd
 
@@ -18,6 +19,11 @@ class SessionsFeature(Feature):
 
     def __init__(self) -> None:
         self.source: Any = None  # distsim.workload.agentic.ClosedLoopSessions
+
+    @staticmethod
+    def check(scenario: Any) -> None:
+        """The capacity fitness needs a fixed stream of arrivals."""
+        refuse_capacity(scenario, "workload.sessions.closed_loop")
 
     def attach(self, parts: Parts) -> None:
         self.source = parts.workload

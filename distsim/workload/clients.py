@@ -17,7 +17,7 @@ from their own stream ("workload/clients"), drawn in reply order.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from distsim.errors import ConfigError, SimulationError
@@ -90,11 +90,12 @@ class ClosedLoopSource(DrivenSource):
 
     feature = "clients"
 
-    def __init__(self, inner: Iterable[Request], settings: ClientSettings, seed: int, duration_us: int | None = None):
+    def __init__(self, inner: WorkloadSource | list[Request], settings: ClientSettings, seed: int,
+                 duration_us: int | None = None):
         self.inner = inner
         self.settings = settings
         self.seed = seed
-        self.limit = getattr(inner, "limit", None) if isinstance(inner, WorkloadSource) else len(inner)
+        self.limit = inner.limit if isinstance(inner, WorkloadSource) else len(inner)
         ends = [t for t in (duration_us, settings.end_us) if t is not None]
         self.stop_us = min(ends) if ends else None  # no send at or after this instant
         self.duration_us = self.stop_us
