@@ -10,6 +10,7 @@ import numpy as np
 
 from distsim.errors import ConfigError
 from distsim.feature import Feature, Measures, Parts
+from distsim.metrics.summary import rnd
 from distsim.workload.clients import ClosedLoopSource
 
 
@@ -61,13 +62,13 @@ class ClientsFeature(Feature):
             e2e = table["e2e_ms"][sent & done]
             stages.append({
                 "clients": stage.clients,
-                "start_s": lo / 1000.0,
-                "end_s": hi / 1000.0,
+                "start_s": rnd(lo / 1000.0),
+                "end_s": rnd(hi / 1000.0),
                 "sent": int(sent.sum()),
                 "completed": int((sent & done).sum()),
-                "requests_per_s": float((sent & done).sum() / span_s),
-                "e2e_ms_mean": float(e2e.mean()) if len(e2e) else None,
-                "in_flight_mean": float(overlap.sum() / 1000.0 / span_s),
+                "requests_per_s": rnd((sent & done).sum() / span_s),
+                "e2e_ms_mean": rnd(e2e.mean()) if len(e2e) else None,
+                "in_flight_mean": rnd(overlap.sum() / 1000.0 / span_s),
             })
         return {"mode": settings.mode, "clients": settings.max_clients, "stages": stages}
 
