@@ -54,6 +54,7 @@ class Parts:
     clusters: list = field(default_factory=list)  # every distsim.cluster.cluster.Cluster in it (one, or a cell's each)
     replicas: list = field(default_factory=list)  # the batching runtimes' replicas, in global order
     features: dict[str, Feature] = field(default_factory=dict)  # the run's features by name, in registry order
+    workload: Any = None  # the run's request source (a distsim.workload source, or the list a caller gave)
 
     def check_invariants(self) -> Any:
         """The world's invariants, then each feature's own (raising SimulationError); what the world returns

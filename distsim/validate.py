@@ -47,8 +47,17 @@ def describe(v: Validation) -> str:
         f"{v.run.name}: {len(v.run.requests)} requests on {v.config.cluster.hardware} ({v.config.cluster.model}), "
         f"{model}; engine data_parallel_size={eng.data_parallel_size} max_num_seqs={eng.max_num_seqs} max_num_batched_tokens={eng.max_num_batched_tokens} "
         f"total_kv_blocks={v.result.instances['total_kv_blocks'].iloc[0]}; simulated: {r['completed']} completed, "
-        f"{r['dropped']} dropped, {int(v.result.requests['preemptions'].sum())} preemptions"
+        f"{r['dropped']} dropped, {int(v.result.requests['preemptions'].sum())} preemptions; "
+        f"sent {_sent_as(v.run)}"
     )
+
+
+def _sent_as(run) -> str:
+    """How the replay sent the requests, as the run's reader says the client did."""
+    if run.load_mode == "open":
+        return "open loop (measured arrival times)"
+    paced = f", paced at {run.request_rate_rps:g} req/s" if run.load_mode == "mixed" else ""
+    return f"closed loop ({run.max_concurrency} clients{paced})"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m distsim.validate") -> int:

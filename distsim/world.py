@@ -57,6 +57,11 @@ def _named(where: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def _reports_on(parts: Parts, name: str) -> bool:
+    """Whether the run's request source names feature ``name`` as the one that reports on it."""
+    return getattr(parts.workload, "feature", "") == name  # a caller's list of requests names none
+
+
 def _autoscaled(parts: Parts) -> bool:
     return any(p.autoscale is not None for p in (*parts.pools, *parts.runtimes))
 
@@ -72,6 +77,8 @@ FEATURES: tuple[Entry, ...] = (
     Entry("signals", "distsim.signals.feature:SignalsFeature", lambda p: True),
     Entry("types", "distsim.runtime.feature:TypesFeature", lambda p: p.typed or bool(p.runtimes)),
     Entry("hedging", "distsim.hedging.feature:HedgingFeature", lambda p: p.policy.hedge.enabled),
+    Entry("clients", "distsim.closedloop.clients:ClientsFeature", lambda p: _reports_on(p, "clients")),
+    Entry("sessions", "distsim.closedloop.sessions:SessionsFeature", lambda p: _reports_on(p, "sessions")),
     Entry("cells", "distsim.cells.feature:CellsFeature", lambda p: p.cells is not None and p.cells.enabled),
 )
 
@@ -100,7 +107,7 @@ def parts_of(scenario: Any, loop: EventLoop) -> Parts:
     return Parts(
         scenario.pools, scenario.policy, scenario.signals, scenario.transfer, scenario.slo, scenario.frontend, loop,
         None, seed=sim.seed, fast_forward=sim.fast_forward, cells=scenario.cells, runtimes=scenario.runtimes,
-        typed=scenario.typed, sim=sim, settings=scenario.features,
+        typed=scenario.typed, sim=sim, settings=scenario.features, workload=scenario.workload,
     )
 
 

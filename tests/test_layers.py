@@ -46,7 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("autoscale", ("distsim.autoscale",)),  # scalers and the controller, over the pools they declare (host.py)
     ("cluster", ("distsim.cluster",)),  # pools of instances behind one router; engine checks, pool resolution
     # the features whose machinery is the cluster's or the instances': their reports (distsim.feature)
-    ("features", ("distsim.hedging", "distsim.mig", "distsim.pd", "distsim.timeline")),
+    ("features", ("distsim.hedging", "distsim.mig", "distsim.pd", "distsim.timeline", "distsim.closedloop")),
     ("cells", ("distsim.cells",)),  # clusters behind a front router
     ("runtime", ("distsim.runtime",)),  # batching runtimes for non-LLM requests, beside the LLM cluster
     ("world", ("distsim.world",)),  # the one world builder and the features' registry

@@ -74,11 +74,10 @@ class Fleet(Intake):
     # ------------------------------------------------------------------ arrivals at the front
     def feed(self, requests: Iterable[Request]) -> None:
         """Stream requests in, one pending arrival at a time; start the cells' scrapes and summaries."""
-        self._source = iter(requests)
         for cell in self.cells:
             cell.board.start(self._active)
         self.directory.start(self._active)
-        self._pull()
+        self._start(requests)
 
     def _active(self) -> bool:
         return not self._exhausted or self.arrived > len(self.record_ids)

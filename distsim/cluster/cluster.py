@@ -29,6 +29,7 @@ from distsim.request import Request, Status
 from distsim.signals.board import SignalBoard
 from distsim.signals.prefix_index import PrefixIndex
 from distsim.signals.view import ClusterView, RouterState
+from distsim.workload.base import DrivenSource
 
 FINISHED, ABORTED = Departure.FINISHED, Departure.ABORTED
 
@@ -80,6 +81,22 @@ class Intake:
     first_arrival_us: int | None
     _source: Iterator[Request] | None
     _exhausted: bool
+
+    def _start(self, requests: Iterable[Request]) -> None:
+        """Begin the arrivals: pull the first request of a source in a fixed order, or hand a driven source
+        (closed-loop clients, distsim.workload.base.DrivenSource) this intake, to send its own."""
+        if isinstance(requests, DrivenSource):
+            self._source = iter(())
+            requests.drive(self)
+        else:
+            self._source = iter(requests)
+            self._pull()
+
+    def arrive(self, now: int, req: Request) -> None:
+        """A driven source sends ``req`` now (its own arrival event, at PRIO_ARRIVAL)."""
+        if self.first_arrival_us is None:
+            self.first_arrival_us = now
+        self.accept(now, req)
 
     def _pull(self) -> None:
         req = next(self._source, None)
@@ -201,9 +218,8 @@ class Cluster(Intake):
     # ------------------------------------------------------------------ arrivals
     def feed(self, requests: Iterable[Request]) -> None:
         """Stream requests in: one pending arrival event at a time, so memory does not grow with them."""
-        self._source = iter(requests)
         self.board.start(self.active)
-        self._pull()
+        self._start(requests)
 
     def active(self) -> bool:
         """Whether the cluster has anything left to do: arrivals to come, or requests outstanding."""

@@ -199,4 +199,18 @@ def read_bench_run(folder: str | Path) -> MeasuredRun:
         timeseries=read_timeseries(ts_path) if ts_path.is_file() else None,
         source_format="vllm-bench (LLMServingSim)",
         source_file=folder / "requests.jsonl",
+        **load_mode(meta, meta_path),
     )
+
+
+def load_mode(meta: dict[str, Any], path: Path) -> dict[str, Any]:
+    """How the client sent the requests, as ``vllm bench serve`` records it (``max_concurrency``: null or
+    absent, open loop; ``request_rate``: a number, or "inf" / null for none): MeasuredRun's fields."""
+    cap, rate = meta.get("max_concurrency"), meta.get("request_rate")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise InputFileError(path, f"'max_concurrency' must be an integer >= 1 or null (got {excerpt(cap)})")
+    if rate == "inf" or rate is None:
+        rate = math.inf if rate == "inf" else None
+    elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        raise InputFileError(path, f"'request_rate' must be a number > 0, \"inf\" or null (got {excerpt(rate)})")
+    return {"max_concurrency": cap, "request_rate_rps": None if rate is None else float(rate)}

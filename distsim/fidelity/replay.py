@@ -123,7 +123,7 @@ def replay_config(run: Run, overrides: Sequence[str] = ()) -> DictConfig:
 def replay(run: Run, cfg: DictConfig) -> SimulationResult:
     """One simulation of the run under ``cfg`` (see :func:`replay_config`)."""
     if isinstance(run, MeasuredRun):
-        return simulate(cfg, requests=run.to_requests())
+        return simulate(cfg, requests=run.to_source(cfg.seed))  # closed-loop runs as they were sent
     return simulate(cfg)
 
 

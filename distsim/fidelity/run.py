@@ -9,6 +9,8 @@ TTFT = first token - arrival, E2E = last token - arrival, TPOT = (last - first) 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +72,8 @@ class MeasuredRun:
     timeseries: pd.DataFrame | None = None
     source_format: str = ""
     source_file: Path | None = None  # the requests file (provenance: profiles record its hash)
+    max_concurrency: int | None = None  # the client's cap on requests out (vllm bench serve --max-concurrency); None: open loop
+    request_rate_rps: float | None = None  # with a cap, the rate the client paced its sends at (None or inf: none)
 
     @property
     def id(self) -> str:
@@ -84,6 +88,26 @@ class MeasuredRun:
     @property
     def num_requests(self) -> int:
         return len(self.requests)
+
+    @property
+    def load_mode(self) -> str:
+        """How the client sent the requests: ``open`` (each at its arrival time), ``closed`` (at most
+        ``max_concurrency`` out, the next sent as one returns) or ``mixed`` (closed, and paced at a rate)."""
+        if self.max_concurrency is None:
+            return "open"
+        rate = self.request_rate_rps
+        return "closed" if rate is None or math.isinf(rate) else "mixed"
+
+    def to_source(self, seed: int) -> Iterable[Request]:
+        """The requests as the client sent them: open loop, their arrival times; closed loop, the same
+        order and lengths sent by ``max_concurrency`` clients (mixed: none before its measured send time)."""
+        requests = self.to_requests()
+        if self.max_concurrency is None:
+            return requests
+        from distsim.workload.clients import ClientSettings, ClosedLoopSource, Stage
+
+        mode = "closed" if self.load_mode == "closed" else "mixed"
+        return ClosedLoopSource(requests, ClientSettings((Stage(0, self.max_concurrency),), None, mode, 0, None), seed)
 
     def to_requests(self) -> list[Request]:
         """Fresh simulator requests (same arrivals in integer microseconds, same lengths). New objects on

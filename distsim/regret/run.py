@@ -36,6 +36,9 @@ def check_supported(scenario: Scenario) -> None:
         raise ConfigError("regret.samples", "fork-and-replay regret replays one cluster's router: not with cluster.cells.count > 1")
     if scenario.runtimes:
         raise ConfigError("regret.samples", "fork-and-replay regret replays the LLM router: not with batching-runtime pools")
+    if getattr(scenario.workload, "driven", False):  # its latency bound lists a fixed stream of arrivals
+        raise ConfigError("regret.samples", "fork-and-replay regret replays a fixed request stream: not with "
+                          "closed-loop clients or sessions (workload.clients, workload.sessions.closed_loop)")
 
 
 def sample(requests: pd.DataFrame, k: int, seed: int) -> list[int]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from distsim.request import Request
 
@@ -20,6 +20,8 @@ class WorkloadSource:
 
     limit: int | None = None
     duration_us: int | None = None
+    driven = False  # a DrivenSource: it sends its own requests as the run goes (closed loop)
+    feature = ""  # the cluster-level feature (distsim.world) that reports on this source, if any
     mix: Mix | None = None
     types_seen: frozenset[str] | set[str] = frozenset()
 
@@ -32,3 +34,30 @@ class WorkloadSource:
     def summary(self) -> dict | None:
         """What summary.json reports under ``workload`` (None: nothing, so synthetic runs add no key)."""
         return None
+
+
+class ArrivalSink(Protocol):
+    """What a driven source needs of the world it feeds (distsim.cluster.cluster.Intake: a cluster, a
+    fleet of cells): its event loop, the listeners told of each request's final status (times as the client
+    sees them), and the two calls that send a request now and say that none will come any more."""
+
+    loop: Any  # distsim.events.loop.EventLoop
+    record_listeners: list[Callable[[Request], None]]
+
+    def arrive(self, now: int, req: Request) -> None: ...
+
+    def end_arrivals(self) -> None: ...
+
+
+class DrivenSource(WorkloadSource):
+    """A source whose arrivals depend on the run (closed-loop clients, sessions that wait for replies): the
+    world hands it itself (``drive``) instead of pulling requests in a fixed order, and the source schedules
+    its own sends on the world's loop. Iterating it is refused: it has no order without a run."""
+
+    driven = True
+
+    def __iter__(self) -> Iterator[Request]:
+        raise TypeError(f"{type(self).__name__} sends requests as the run goes; feed it to a world (drive)")
+
+    def drive(self, sink: ArrivalSink) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError

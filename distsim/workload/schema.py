@@ -107,16 +107,55 @@ class TenantsConfig:
 
 
 @dataclass
+class ToolCallConfig:
+    """An agent's tool calls (``workload.sessions.tools``, closed-loop sessions only): after a turn, with
+    probability ``share`` the model calls ``calls`` tools in parallel; the next turn goes out when the
+    slowest returns, its new tokens the calls' results instead of a user's message, with no think time."""
+
+    share: float = 0.0  # of turns (but a session's last) that end in tool calls (0: none)
+    calls: DistConfig = field(default_factory=lambda: DistConfig(dist="fixed", value=1))  # parallel calls (fan-out)
+    latency_s: DistConfig = field(default_factory=lambda: DistConfig(dist="exponential", mean=1.0))  # each call's
+    result_tokens: DistConfig = field(default_factory=lambda: DistConfig(dist="fixed", value=200))  # each call's
+
+
+@dataclass
 class SessionConfig:
     """Multi-turn sessions: each turn's prompt holds the whole previous conversation plus new tokens.
 
-    Turn k+1 arrives a think time after turn k arrived (open loop: the workload does not see responses).
+    Open loop (the default), turn k+1 arrives a think time after turn k arrived (the workload does not see
+    responses); ``closed_loop``, a think (or tool) time after turn k's reply reached the client, as a chat
+    user or an agent does.
     """
 
     enabled: bool = False  # multi-turn sessions on
     turns: DistConfig = field(default_factory=lambda: DistConfig(dist="uniform", low=2, high=6))
     think_time_s: DistConfig = field(default_factory=lambda: DistConfig(dist="exponential", mean=10.0))
     max_context_tokens: int | None = None  # a session ends before a follow-up's prompt would exceed this
+    closed_loop: bool = False  # each turn waits for the previous turn's reply (agentic and chat sessions)
+    tools: ToolCallConfig = field(default_factory=ToolCallConfig)  # closed loop: tool calls between turns
+
+
+@dataclass
+class ClientStageConfig:
+    """One stage of a closed-loop run: this many clients for this long (inference-perf's stages, a GuideLLM
+    concurrency sweep)."""
+
+    clients: int = 1  # concurrent clients during the stage
+    duration_s: float = 60.0  # how long the stage lasts
+
+
+@dataclass
+class ClientsConfig:
+    """Closed-loop clients: ``count`` users, each sending its next request when its previous reply is in
+    (plus a think time), as ``vllm bench serve --max-concurrency``, GuideLLM's concurrent profile and
+    inference-perf's concurrency stages do. Off while ``count`` and ``stages`` are both null."""
+
+    count: int | None = None  # concurrent clients (null: open loop, unless stages are set)
+    stages: list[ClientStageConfig] | None = None  # clients per stage, in order (instead of count)
+    mode: str = "closed"  # closed: a free client sends at once | mixed: not before the request's own arrival time
+    # a client's pause between a reply and its next request (the default: none)
+    think_time_s: DistConfig = field(default_factory=lambda: DistConfig(dist="fixed", value=0.0))
+    ramp_s: float = 0.0  # new clients start evenly spread over this many seconds (at the start, at each stage)
 
 
 @dataclass
@@ -141,9 +180,10 @@ class WorkloadConfig:
     tenants: TenantsConfig = field(default_factory=TenantsConfig)
     prefix: PrefixConfig = field(default_factory=PrefixConfig)
     sessions: SessionConfig = field(default_factory=SessionConfig)
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
     # trace replay (kind=trace)
-    format: str | None = None  # mooncake | azure | burstgpt | csv | parquet
+    format: str | None = None  # mooncake | azure | burstgpt | servegen | csv | parquet
     path: str | None = None  # relative: cwd, then the repository root
     time_scale: float = 1.0  # multiply inter-arrival times (0.5 = twice the rate)
     target_rate_rps: float | None = None  # rescale times to this mean rate (instead of time_scale)

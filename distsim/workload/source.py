@@ -44,6 +44,14 @@ def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> Workload
     seed = checks.integer("seed", seed, low=0)
     block_size = checks.integer("cluster.engine.block_size", block_size, low=1)
     source = KINDS.get(cfg.kind)(cfg, seed, block_size)
+    if cfg.clients.count is not None or cfg.clients.stages:  # closed-loop clients send the source's requests
+        from distsim.workload.clients import closed_loop
+
+        return closed_loop(source, cfg, seed)
+    if cfg.sessions.enabled and cfg.sessions.closed_loop:  # each turn waits for the previous reply
+        from distsim.workload.agentic import closed_loop_sessions
+
+        return closed_loop_sessions(source, cfg)
     if cfg.get("mix") is None:  # every request an LLM request (the mix module is not even imported)
         return source
     from distsim.workload.mix import resolve_mix
@@ -68,8 +76,9 @@ def warn_other_kinds_keys(cfg) -> None:
         reads = [name for name in cfg if name not in TRACE_ONLY]
         checks.warn_unread(cfg, "workload", reads, "workload.kind 'synthetic' does not use it", schema)
         return
-    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY
-              if checks.is_set(cfg[name], getattr(schema, name)) and user_set_within(f"workload.{name}")]
+    replayed = ("sessions",) if cfg.sessions.enabled and cfg.sessions.closed_loop else ()  # a session trace, closed loop
+    unread = [f"workload.{name}" for name in SYNTHETIC_ONLY if name not in replayed
+              and checks.is_set(cfg[name], getattr(schema, name)) and user_set_within(f"workload.{name}")]
     if unread:
         verb = "are" if len(unread) > 1 else "is"
         warn_config(
@@ -79,12 +88,13 @@ def warn_other_kinds_keys(cfg) -> None:
 
 
 def limits(cfg, *, need_one: bool) -> tuple[int | None, int | None]:
-    """``(num_requests, duration in us)`` from the config; ``need_one``: at least one must be set."""
+    """``(num_requests, duration in us)`` from the config; ``need_one``: at least one must be set (or the
+    closed-loop clients' stages, which end the run)."""
     n = None if cfg.num_requests is None else checks.integer("workload.num_requests", cfg.num_requests, low=0)
     dur = None
     if cfg.duration_s is not None:
         dur = round(checks.non_negative("workload.duration_s", cfg.duration_s) * 1_000_000)
-    if need_one and n is None and dur is None:
+    if need_one and n is None and dur is None and not cfg.clients.stages:  # client stages end by themselves
         raise ConfigError(
             "workload.num_requests", "set workload.num_requests or workload.duration_s (both null)"
         )

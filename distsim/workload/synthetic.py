@@ -20,7 +20,7 @@ from distsim.workload.base import WorkloadSource
 from distsim.workload.keys import UniqueKeys
 from distsim.workload.kinds import KINDS
 from distsim.workload.prefixes import PrefixGroups
-from distsim.workload.schema import SessionConfig
+from distsim.workload.schema import SessionConfig, ToolCallConfig
 from distsim.workload.sessions import Sessions
 from distsim.workload.source import limits, warn_other_kinds_keys
 from distsim.workload.tenants import Tagger
@@ -43,6 +43,9 @@ class SyntheticSource(WorkloadSource):
         if self.sessions is None:
             checks.warn_unread(cfg.sessions, "workload.sessions", ("enabled",),
                                "workload.sessions.enabled false does not use it", SessionConfig())
+        elif not cfg.sessions.closed_loop:  # tool calls wait for replies: only closed-loop sessions make them
+            checks.warn_unread(cfg.sessions.tools, "workload.sessions.tools", (),
+                               "workload.sessions.closed_loop false does not use it", ToolCallConfig())
         self.stats: dict = {}
 
     def describe(self) -> dict:
@@ -121,7 +124,9 @@ class SyntheticSource(WorkloadSource):
                 rid += 1
         self.stats["requests"] = rid
 
-    def _firsts(self) -> Iterator[tuple]:
+    def first_turns(self) -> Iterator[tuple]:
+        """Sessions' first turns in arrival order: (arrival_s, arrival_us, prompt, output, tenant, slo_class,
+        ttft_ms, tpot_ms, priority, prefix group or -1, input sampler index, output sampler index)."""
         for times, us, prompt, output, group, tags, cut in self._blocks(None):
             g = group.tolist() if group is not None else [-1] * cut
             yield from zip(
@@ -143,7 +148,7 @@ class SyntheticSource(WorkloadSource):
     def _with_sessions(self) -> Iterator[Request]:
         t = self.tagger
         yield from self.sessions.merge(
-            self._firsts(),
+            self.first_turns(),
             stream(self.seed, "workload/sessions"),
             t.input_samplers,
             t.output_samplers,

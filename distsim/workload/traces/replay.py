@@ -129,8 +129,13 @@ class TraceSource(WorkloadSource):
             kept += 1
             yield row
 
-    def _prepass(self) -> None:
+    def _reader(self):
         reader = READERS[self.format](self.path)
+        reader.seed = self.seed  # a reader that draws its rows (servegen) draws them from the run's seed
+        return reader
+
+    def _prepass(self) -> None:
+        reader = self._reader()
         n = inp = out = 0
         first = last = None
         has_tenant = False
@@ -193,7 +198,19 @@ class TraceSource(WorkloadSource):
 
     def _drafts(self) -> Iterator[Request]:
         """Requests in file order, with arrival times but request ids not yet final."""
-        reader = READERS[self.format](self.path)
+        return (req for req, _ in self._drafted())
+
+    def session_turns(self) -> Iterator[tuple[Request, int, int]]:
+        """Closed-loop session replay: each row's request in file order, with its wait after the previous
+        turn's reply in microseconds (scaled as the arrival times are) and the tool calls in that wait."""
+        for req, row in self._drafted():
+            wait_ns = row.wait_ns or 0
+            wait_us = (wait_ns + 500) // 1000 if self.factor == 1.0 else round(wait_ns * self.factor / 1000.0)
+            yield req, wait_us, row.tool_calls or 0
+
+    def _drafted(self) -> Iterator[tuple[Request, TraceRow]]:
+        """``_drafts``' requests, each with its row."""
+        reader = self._reader()
         rows = self._selected(reader)
         rng = stream(self.seed, "workload/tenants")
         bs = self.block_size
@@ -227,13 +244,13 @@ class TraceSource(WorkloadSource):
                     bh = None
                 if row.rtype is not None:  # a non-LLM row (an optional type column): its type's SLO
                     yield new_typed_request(-1, self._arrival_us(row.time_ns), row.rtype, row.items, row.size,
-                                            self.type_slo_ms.get(row.rtype), tenants[i])
+                                            self.type_slo_ms.get(row.rtype), tenants[i]), row
                     continue
                 session = -1 if row.session is None else row.session
                 yield new_request(
                     -1, self._arrival_us(row.time_ns), p, row.output_tokens, tenants[i], tags.slo_class[i], session, bh,
                     tags.ttft_ms[i], tags.tpot_ms[i], tags.priority[i],
-                )
+                ), row
 
     def _jittered(self, drafts: Iterator[Request]) -> Iterator[Request]:
         """Drafts moved later by uniform [0, jitter) and put back in time order (a small heap)."""

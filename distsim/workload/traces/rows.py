@@ -28,6 +28,8 @@ class TraceRow:
     rtype: str | None = None  # request type (workload.mix); None or "llm": an LLM request
     items: int | None = None  # a non-LLM request's batch items (None: 1)
     size: float | None = None  # its per-item size in its type's unit (None: 0)
+    wait_ns: int | None = None  # closed-loop sessions: from the previous turn's reply to this turn (None: 0)
+    tool_calls: int | None = None  # closed-loop sessions: the tool calls in that wait (None: 0)
 
 
 class TraceReader:
@@ -35,6 +37,7 @@ class TraceReader:
     ``block_tokens``: the tokens per hash id of a format whose rows carry prompt block ids (None: none do)."""
 
     block_tokens: int | None = None
+    seed = 0  # a reader that draws its rows (ServeGen's windows) draws them from this (the run's seed)
 
     def __init__(self, path):
         self.path = path

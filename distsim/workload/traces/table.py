@@ -5,7 +5,10 @@ Columns ``arrival_s`` (seconds), ``input_tokens``, ``output_tokens``, and option
 ``prefix_group`` (the row's prompt starts with that group's system prompt, see ``workload.prefix``), and
 for request types (distsim.workload.mix) ``type`` (llm, vision, asr or any named type), ``items`` (batch
 items: images, audio windows; default 1) and ``size`` (per item, in the type's unit: image side in pixels,
-audio seconds); a non-LLM row's token columns are ignored. Empty optional cells mean "none".
+audio seconds); a non-LLM row's token columns are ignored; for closed-loop session replay
+(``workload.sessions.closed_loop``) ``wait_s``, the seconds between the previous turn's reply and this turn
+(a think or tool time; ``python -m distsim.workload.traces.otel`` writes it from OpenTelemetry spans) and
+``tool_calls`` (the tool calls in that gap). Empty optional cells mean "none".
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from distsim.workload.traces.rows import TraceReader, TraceRow, csv_records, par
 REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
 OPTIONAL = ("tenant", "session", "prefix_group")
 TYPED = ("type", "items", "size")  # request types: optional too
+SESSION = ("wait_s", "tool_calls")  # closed-loop session replay: optional too
 
 
 def _row(path, ln: int, get) -> TraceRow:
@@ -37,6 +41,13 @@ def _row(path, ln: int, get) -> TraceRow:
         session=extra["session"],
         prefix_group=extra["prefix_group"],
     )
+    wait, calls = get("wait_s"), get("tool_calls")
+    if wait is not None and str(wait).strip():
+        row.wait_ns = parse_ns(wait, "wait_s", path, ln, 1_000_000_000)
+        if row.wait_ns < 0:
+            raise InputFileError(path, f"wait_s must be >= 0 (got {wait})", ln)
+    if calls is not None and str(calls).strip():
+        row.tool_calls = parse_int(calls, "tool_calls", path, ln)
     kind = get("type")
     if kind is not None and str(kind).strip() not in ("", "llm"):
         row.rtype = str(kind).strip()
@@ -70,7 +81,7 @@ class ParquetReader(TraceReader):
             raise InputFileError(
                 path, f"missing column(s) {', '.join(missing)} (columns: {', '.join(names)})"
             )
-        cols = [c for c in REQUIRED + OPTIONAL + TYPED if c in names]
+        cols = [c for c in REQUIRED + OPTIONAL + TYPED + SESSION if c in names]
         ln = 0
         with inputs.arrow_errors(path):
             batches = pf.iter_batches(batch_size=4096, columns=cols)
