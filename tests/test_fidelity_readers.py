@@ -142,3 +142,19 @@ def test_real_bench_run_carries_its_engine_settings():
     assert pro.engine.scheduler_reserve_full_isl is None and pro.engine.total_kv_blocks is None
     assert pro.engine.async_scheduling is None  # not recorded: the config's default (true, as in vLLM 0.19)
     assert pro.engine.max_num_seqs == 128
+
+
+def test_bench_run_replays_greedy_as_its_client_sent_it():
+    """LLMServingSim's bench client sends temperature 0: its runs replay on the greedy sampling path,
+    whatever the model's generation defaults say, unless the user's override picks another."""
+    from distsim.fidelity.replay import replay_config
+
+    run = read_run(FIX / "tiny_bench")
+    assert run.sampler == "greedy"
+    cfg = replay_config(run, ["cluster.hardware=H100", "cluster.model=meta-llama/Llama-3.1-8B"])
+    assert cfg.cluster.latency.serving.sampler == "greedy"
+    mine = replay_config(run, ["cluster.hardware=H100", "cluster.model=meta-llama/Llama-3.1-8B",
+                               "cluster.latency.serving.sampler=top_k_top_p"])
+    assert mine.cluster.latency.serving.sampler == "top_k_top_p"
+    csv_run = read_run(FIX / "tiny.csv")
+    assert csv_run.sampler is None  # the CSV format does not say: the model's own defaults

@@ -70,6 +70,9 @@ class MeasuredRun:
     timeseries: pd.DataFrame | None = None
     source_format: str = ""
     source_file: Path | None = None  # the requests file (provenance: profiles record its hash)
+    # the sampling path the run's client asked for, when its format says (a cluster.latency.serving.sampler
+    # value: "greedy" for a client that sends temperature 0); None: the model's own generation defaults
+    sampler: str | None = None
 
     @property
     def id(self) -> str:
