@@ -32,7 +32,8 @@ def _runs_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", help="run folders or CSV runs, or one folder of runs (with experiments.csv); "
                    "and config overrides (key=value) for every replay")
     p.add_argument("--steps", metavar="STEP_FIT", help="GPU terms from a step fit (step_fit.json) or a folder of step tables to fit")
-    p.add_argument("--terms", metavar="KEY,KEY", help=f"comma-separated keys to fit (default: all of {', '.join(runfit.TERMS)})")
+    p.add_argument("--terms", metavar="KEY,KEY", help=f"comma-separated keys to fit, of {', '.join(runfit.TERMS)} (default: {', '.join(runfit.DEFAULT_TERMS)}; "
+                   "with --steps their serving terms)")
     p.add_argument("--runs", metavar="ID,ID", help="comma-separated run ids of a folder of runs (default: all that have measurements)")
     p.add_argument("--lomo", action="store_true", help="also leave each model out in turn")
     p.add_argument("--iterations", type=int, default=3, help="Gauss-Newton iterations (default 3)")
@@ -54,6 +55,14 @@ def _terms(text: str | None) -> list[str] | None:
     return terms
 
 
+def _default_terms(steps: str | None) -> list[str]:
+    """:data:`runfit.DEFAULT_TERMS`; with a step fit (``--steps``) their serving terms only: its tables
+    pin the GPU's."""
+    from distsim.fidelity import runfit
+
+    return [t for t in runfit.DEFAULT_TERMS if steps is None or t not in runfit.GPU_TERMS]
+
+
 def runs_main(argv: Sequence[str]) -> int:
     from distsim.calibrate import runs as stage
     from distsim.fidelity import runfit
@@ -73,7 +82,7 @@ def runs_main(argv: Sequence[str]) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        terms = _terms(ns.terms)
+        terms = _terms(ns.terms) or _default_terms(ns.steps)
         out = outputs.prepare_file(ns.out)
         gpu = stage.gpu_overrides(ns.steps, overrides)
         frozen = [*gpu, *overrides]  # the user's own values win
@@ -81,9 +90,10 @@ def runs_main(argv: Sequence[str]) -> int:
             runs, _ = stage.load_runs(paths, pool, ns.runs)
             if ns.lomo:
                 stage.check_lomo(runs)
-            start = runfit.start_values(frozen)
-            result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms)
-        record = stage.fit_record(result, runs, frozen, command, gpu, paths)
+            hardware = stage.runs_hardware(runs, overrides, terms)
+            start = runfit.start_values(frozen, hardware)
+            result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms, runfit.prior_sd(terms, hardware, overrides))
+        record = stage.fit_record(result, runs, frozen, command, gpu, paths, hardware)
         outputs.write_text(out, json.dumps(record, indent=2, allow_nan=True) + "\n")
     except UserError as err:
         print(f"distsim.calibrate: {err}", file=sys.stderr)
@@ -94,6 +104,8 @@ def runs_main(argv: Sequence[str]) -> int:
     print("median |error|: " + ", ".join(f"{m} {v:.1f}%" for m, v in medians.items()))
     for run_id, reason in runs.skipped:
         print(f"skipped {run_id}: {reason}")
+    for line in result.warnings:
+        print(f"warning: {line}")
     print(f"wrote {out}; simulate with: " + " ".join(record["use"]))
     return 0
 
@@ -109,10 +121,24 @@ def _with_fit(argv: Sequence[str]) -> list[str]:
     at = argv.index("--fit")
     if at + 1 >= len(argv):
         raise UserError("--fit needs a fit file (calibrate runs --out)")
-    use = fit_overrides(argv[at + 1])
+    fit_path = argv[at + 1]
     del argv[at : at + 2]
     first = next((i for i, a in enumerate(argv) if not a.startswith("-") and "=" not in a), -1)
+    use = fit_overrides(fit_path, _run_hardware(argv[first] if first >= 0 else None, argv))
     return argv[: first + 1] + use + argv[first + 1 :]
+
+
+def _run_hardware(path: str | None, argv: Sequence[str]) -> str | None:
+    """The GPU a validated run (or folder of runs: H100) ran on; ``cluster.hardware=`` in ``argv`` wins."""
+    from distsim.calibrate.runs import is_suite
+    from distsim.fidelity.readers import read_run
+
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("cluster.hardware=")]
+    if given:
+        return given[-1]
+    if path is None:
+        return None
+    return "H100" if is_suite(path) else read_run(path).hardware
 
 
 def validate_main(argv: Sequence[str]) -> int:
