@@ -158,3 +158,30 @@ def test_bench_run_replays_greedy_as_its_client_sent_it():
     assert mine.cluster.latency.serving.sampler == "top_k_top_p"
     csv_run = read_run(FIX / "tiny.csv")
     assert csv_run.sampler is None  # the CSV format does not say: the model's own defaults
+
+
+def test_vllm_bench_serve_result_reads_per_request_times_and_its_sampling(tmp_path):
+    """``vllm bench serve --save-result --save-detailed``: sends on the client's clock, TTFT and E2E
+    from ttfts and the gaps, the failed request left out, greedy (bench serve's default temperature 0),
+    another temperature where the result records one."""
+    run = read_run(FIX / "vllm_bench_serve.json")
+    req = run.requests
+    assert list(req["source_id"]) == ["req-0", "req-1", "req-3"] and run.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert req["arrival_ms"].tolist() == pytest.approx([0.0, 250.0, 500.0], abs=1e-6)
+    assert req["ttft_ms"].tolist() == pytest.approx([100.0, 150.0, 200.0], abs=1e-6)
+    assert req["e2e_ms"].tolist() == pytest.approx([300.0, 250.0, 400.0], abs=1e-6)
+    assert req["tpot_ms"].tolist() == pytest.approx([200.0 / 3, 100.0, 100.0], abs=1e-6)
+    assert run.sampler == "greedy" and run.hardware is None
+    data = json.loads((FIX / "vllm_bench_serve.json").read_text())
+    for extra, path in (({"temperature": 0.7}, "temperature"), ({"sampling_params": {"temperature": 0.6, "top_p": 0.9}}, "top_k_top_p")):
+        f = tmp_path / f"{path}.json"
+        f.write_text(json.dumps({**data, **extra}))
+        assert read_run(f).sampler == path
+
+
+def test_vllm_bench_serve_result_without_details_names_the_flag(tmp_path):
+    data = json.loads((FIX / "vllm_bench_serve.json").read_text())
+    f = tmp_path / "summary_only.json"
+    f.write_text(json.dumps({k: v for k, v in data.items() if k not in ("start_times",)}))
+    with pytest.raises(InputFileError, match="--save-detailed"):
+        read_run(f)
