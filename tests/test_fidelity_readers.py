@@ -185,3 +185,26 @@ def test_vllm_bench_serve_result_without_details_names_the_flag(tmp_path):
     f.write_text(json.dumps({k: v for k, v in data.items() if k not in ("start_times",)}))
     with pytest.raises(InputFileError, match="--save-detailed"):
         read_run(f)
+
+
+def test_guidellm_report_puts_every_benchmark_on_one_clock(tmp_path):
+    """GuideLLM's report: successful requests of every benchmark (loads run one after another) on the
+    client's clock, the errored one left out, the worker's model; no temperature recorded: the model's
+    own sampling defaults (None), a recorded one picks its path."""
+    run = read_run(FIX / "guidellm_benchmarks.json")
+    req = run.requests
+    assert list(req["source_id"]) == ["a", "b", "c"] and run.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert req["arrival_ms"].tolist() == pytest.approx([0.0, 500.0, 2000.0], abs=1e-6)
+    assert req["ttft_ms"].tolist() == pytest.approx([80.0, 100.0, 50.0], abs=1e-6)
+    assert req["e2e_ms"].tolist() == pytest.approx([380.0, 300.0, 250.0], abs=1e-6)
+    assert req["tpot_ms"].tolist() == pytest.approx([100.0, 100.0, 50.0], abs=1e-6)
+    assert run.sampler is None
+    data = json.loads((FIX / "guidellm_benchmarks.json").read_text())
+    data["benchmarks"][0]["extras"] = {"temperature": 0.0}
+    f = tmp_path / "greedy.json"
+    f.write_text(json.dumps(data))
+    assert read_run(f).sampler == "greedy"
+    data["benchmarks"][0]["requests"]["successful"][0]["first_token_time"] = "soon"
+    f.write_text(json.dumps(data))
+    with pytest.raises(InputFileError, match=r"successful\[0\].first_token_time is not a finite time"):
+        read_run(f)
