@@ -126,3 +126,15 @@ def test_start_values_take_the_gpu_catalog_achieved_terms():
     got = runfit.start_values(["cluster.latency.kind=roofline3"], "RTX4090")
     assert got[MEM] == ada["memory_efficiency"] != DEFAULTS.memory_efficiency
     assert runfit.start_values(["cluster.latency.kind=roofline3"], "L40S")[MEM] == DEFAULTS.memory_efficiency
+
+
+def test_default_terms_leave_a_step_fitted_gpu_to_its_tables():
+    """By default a runs fit moves the GPU terms only of a GPU without its own step fit, on runs of that
+    one GPU: the H100's are its step tables' (one run's few-percent miss is the model's, not the GPU's)."""
+    from distsim.calibrate.cli import _default_terms
+
+    gpu = set(runfit.GPU_TERMS)
+    assert runfit.steps_measured("H100") and not runfit.steps_measured("RTX4090")
+    assert MEM in _default_terms(None, False) and REQ in _default_terms(None, False)
+    assert not set(_default_terms(None, True)) & gpu and REQ in _default_terms(None, True)
+    assert not set(_default_terms("step_fit.json", False)) & gpu

@@ -55,12 +55,14 @@ def _terms(text: str | None) -> list[str] | None:
     return terms
 
 
-def _default_terms(steps: str | None) -> list[str]:
-    """:data:`runfit.DEFAULT_TERMS`; with a step fit (``--steps``) their serving terms only: its tables
-    pin the GPU's."""
+def _default_terms(steps: str | None, measured: bool) -> list[str]:
+    """:data:`runfit.DEFAULT_TERMS`; their serving terms only with a step fit (``--steps``), on a GPU
+    whose GPU terms its step tables pin (the H100's) or on runs of several GPUs (``measured``): step
+    tables pin them better than whole runs, whose misses of a few percent are the model's, not the GPU's."""
     from distsim.fidelity import runfit
 
-    return [t for t in runfit.DEFAULT_TERMS if steps is None or t not in runfit.GPU_TERMS]
+    frozen = steps is not None or measured
+    return [t for t in runfit.DEFAULT_TERMS if not frozen or t not in runfit.GPU_TERMS]
 
 
 def runs_main(argv: Sequence[str]) -> int:
@@ -82,7 +84,7 @@ def runs_main(argv: Sequence[str]) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        terms = _terms(ns.terms) or _default_terms(ns.steps)
+        chosen = _terms(ns.terms)
         out = outputs.prepare_file(ns.out)
         gpu = stage.gpu_overrides(ns.steps, overrides)
         frozen = [*gpu, *overrides]  # the user's own values win
@@ -90,6 +92,9 @@ def runs_main(argv: Sequence[str]) -> int:
             runs, _ = stage.load_runs(paths, pool, ns.runs)
             if ns.lomo:
                 stage.check_lomo(runs)
+            gpus = stage.runs_gpus(runs, overrides)
+            # by default GPU terms only for one GPU without its own step fit
+            terms = chosen or _default_terms(ns.steps, len(gpus) > 1 or runfit.steps_measured(gpus[0]))
             hardware = stage.runs_hardware(runs, overrides, terms)
             start = runfit.start_values(frozen, hardware)
             result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms, runfit.prior_sd(terms, hardware, overrides))

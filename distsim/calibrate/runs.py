@@ -81,19 +81,25 @@ def load_runs(paths: Sequence[str], pool: ReplayPool, ids: str | None = None) ->
     return request_runs([read_run(p) for p in paths], pool), None
 
 
-def runs_hardware(runs: runfit.Runs, overrides: Sequence[str], terms: Sequence[str]) -> str:
-    """The one catalog GPU the runs ran on (``cluster.hardware=`` among ``overrides`` wins): GPU terms
-    describe one GPU, so fitting any of :data:`runfit.GPU_TERMS` on runs of two GPUs is a user error."""
+def runs_gpus(runs: runfit.Runs, overrides: Sequence[str]) -> list[str]:
+    """The catalog GPUs the runs ran on, sorted (``cluster.hardware=`` among ``overrides`` wins; a folder
+    of runs: the H100)."""
     from distsim.catalog.hardware import load_hardware
 
     given = [o.split("=", 1)[1] for o in overrides if o.startswith("cluster.hardware=")]
     names = {given[-1]} if given else {getattr(r, "hardware", None) or "H100" for r in runs.runs}
-    gpus = sorted({load_hardware(n).name for n in names})
+    return sorted({load_hardware(n).name for n in names})
+
+
+def runs_hardware(runs: runfit.Runs, overrides: Sequence[str], terms: Sequence[str]) -> str | None:
+    """The GPU the fit describes: GPU terms describe one GPU, so fitting any of :data:`runfit.GPU_TERMS`
+    on runs of two GPUs is a user error; serving terms alone may span several (then None: no one GPU)."""
+    gpus = runs_gpus(runs, overrides)
     fitted = [t for t in terms if t in runfit.GPU_TERMS]
     if len(gpus) > 1 and fitted:
         raise UserError(f"runs on {' and '.join(gpus)}: GPU terms ({', '.join(fitted)}) are fitted one GPU at a "
                         "time; fit each GPU's runs apart, or pass --terms with serving terms only")
-    return gpus[0]
+    return gpus[0] if len(gpus) == 1 else None
 
 
 def fit_record(
