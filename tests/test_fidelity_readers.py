@@ -208,3 +208,25 @@ def test_guidellm_report_puts_every_benchmark_on_one_clock(tmp_path):
     f.write_text(json.dumps(data))
     with pytest.raises(InputFileError, match=r"successful\[0\].first_token_time is not a finite time"):
         read_run(f)
+
+
+def test_aiperf_run_reads_its_records_and_its_summary(tmp_path):
+    """AIPerf: per-request records on the client's clock, the failed one left out; the model, the GPU
+    (telemetry's name, a catalog alias) and the sampling (--extra-inputs temperature) from the summary;
+    without the summary, no GPU and the model's own sampling defaults."""
+    run = read_run(FIX / "aiperf_run")
+    req = run.requests
+    assert list(req["source_id"]) == ["req-0", "req-1", "req-3"]
+    assert req["arrival_ms"].tolist() == pytest.approx([0.0, 250.0, 600.0], abs=1e-6)
+    assert req["ttft_ms"].tolist() == pytest.approx([120.0, 80.0, 60.0], abs=1e-6)
+    assert req["e2e_ms"].tolist() == pytest.approx([420.0, 180.0, 260.0], abs=1e-6)
+    assert req["tpot_ms"].tolist() == pytest.approx([100.0, 50.0, 50.0], abs=1e-6)
+    assert run.model == "meta-llama/Llama-3.1-8B-Instruct" and run.hardware == "RTX4090" and run.sampler == "temperature"
+    alone = tmp_path / "export.jsonl"
+    shutil.copy(FIX / "aiperf_run" / "profile_export.jsonl", alone)
+    bare = read_run(alone)
+    assert bare.hardware is None and bare.sampler is None and len(bare.requests) == 3
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text((FIX / "aiperf_run" / "profile_export.jsonl").read_text().replace('"value": 80,', '"value": "fast",'))
+    with pytest.raises(InputFileError, match=r"line 2.*time_to_first_token.value is not a finite number|time_to_first_token.value is not a finite number"):
+        read_run(bad)
