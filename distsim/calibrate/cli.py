@@ -27,7 +27,7 @@ def _runs_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog=f"{PROG} runs",
-        description="Fit the serving terms (host, front end) on real runs with the GPU terms frozen.",
+        description="Fit what the GPU achieves and the serving terms on real runs, toward their prior.",
     )
     p.add_argument("paths", nargs="*", help="run folders or CSV runs, or one folder of runs (with experiments.csv); "
                    "and config overrides (key=value) for every replay")

@@ -1,12 +1,13 @@
-"""The ``runs`` stage: the serving terms fitted on real runs with the GPU terms frozen.
+"""The ``runs`` stage: what a GPU achieves and the serving terms, fitted on real runs toward their prior.
 
 The engine is :func:`distsim.fidelity.runfit.fit` (bounded Gauss-Newton over the whole-run errors of
 mean E2E, TTFT and ITL, each run weighted 1 / sqrt(runs of its model)); this module gives it either
 kind of run: a folder laid out like ``../shared/data/h100_vllm_runs`` (its own measured aggregates) or
 one or more runs with per-request times (a vLLM bench folder, a CSV run), whose measured figures are
 computed from their requests by the same definition as the replay's (:mod:`distsim.fidelity.metrics`).
-The GPU terms are the shipped model's, unless ``--steps`` names a step fit (``step_fit.json``) or a
-folder of step tables to fit them on first.
+The GPU terms start at the shipped model's on the runs' GPU (the catalog's achieved values), unless
+``--steps`` names a step fit (``step_fit.json``) or a folder of step tables to fit them on first; a fit
+describes one GPU (:func:`runs_hardware`).
 """
 
 from __future__ import annotations

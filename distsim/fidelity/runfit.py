@@ -1,20 +1,27 @@
-"""Host and front-end terms fitted on real runs with the GPU terms frozen.
+"""What a GPU achieves and the serving terms around it, fitted on real runs toward their prior.
 
     python -m distsim.calibrate runs ../shared/data/h100_vllm_runs [overrides...] [--terms K,K] [--lomo] [--out FILE.json]
 
-The GPU terms come from the step tables (``python -m distsim.calibrate steps ... --fit``) and stay as
-configured; only the terms the step tables cannot see are fitted on the runs: the engine's host time per
-step (``cluster.latency.step_overhead_us``) and per scheduled sequence (``sequence_overhead_us``), and the
-front end's time per request and per prompt token before the engine queues a request
-(``cluster.frontend.request_us``, ``per_input_token_us``). ``per_output_token_us`` is held at 0: a lag of
-every token by the same time moves mean TTFT and E2E exactly as ``request_us`` does, so the means cannot
-tell them apart.
+Two kinds of terms (:data:`TERMS`, config keys with bounds): the GPU terms (:data:`GPU_TERMS`: the
+fractions of the datasheet's bandwidth and matmul peak the GPU achieves, its per-layer launch floor, ...),
+which step tables pin where a GPU has them (the H100's, ``calibrate steps --fit``), and the serving terms
+the step tables cannot see: the all-reduce's fixed time, the engine's host time, the front end's time per
+request and per prompt token before the engine queues a request (``cluster.frontend.request_us``,
+``per_input_token_us``). ``per_output_token_us`` is held at 0: a lag of every token by the same time moves
+mean TTFT and E2E exactly as ``request_us`` does, so the means cannot tell them apart.
+
+Every fitted term starts at its prior (the configured value, else the shipped one on the runs' GPU) and
+keeps a prior row beside the runs' residuals, (x - prior) / sd x :data:`RESIDUAL_SD` (sd: :func:`prior_sd`),
+so that runs move a term as far as they pin it. After the first Jacobian, the terms the runs cannot pin
+(:func:`pinned`) are held at their prior; each held term, and each that ends on a bound, is a warning that
+names it; :func:`identifiability` reports every term's standard errors.
 
 The residuals are each run's whole-run relative errors of mean E2E, mean TTFT and mean ITL, each run
 weighted 1 / sqrt(runs of its model) so that every model counts the same. The fit is Gauss-Newton with
 bounds: the Jacobian by forward differences (one replay of every run per term), a bounded linear
-least-squares step (``scipy.optimize.lsq_linear``), halved while it does not lower the objective; a
-handful of replays in all. Leave-one-model-out (``--lomo``): for each model, the same bounded step from the
+least-squares step over the runs' and the prior's rows (``scipy.optimize.lsq_linear``: each evaluation is
+a replay of every run, so the few steps of Gauss-Newton rather than ``least_squares``' many), halved while
+it does not lower the objective; a handful of replays in all. Leave-one-model-out (``--lomo``): for each model, the same bounded step from the
 all-runs point with that model's residuals and Jacobian rows left out, then that model's runs replayed
 at the values it gives.
 
