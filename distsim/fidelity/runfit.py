@@ -358,8 +358,14 @@ def fit(
         x, current, total = xt, trial, trial_total
     result = RunFit(first, current, runs.evaluations, 0.0, jac.copy(), prior=values(prior))
     result.identifiability, result.condition = identifiability(jac, keys, sd)
+    if active.any():  # a fitted term's standard error with the held ones at their prior, as fitted
+        kept, _ = identifiability(jac[:, active], [k for j, k in enumerate(keys) if active[j]], sd[active])
+        for k, v in kept.items():
+            result.identifiability[k]["sd"] = v["sd"]
     for j, k in enumerate(keys):
         result.identifiability[k]["pinned"] = bool(active[j])
+        if not active[j]:  # a held term's: its share at the test that held it
+            result.identifiability[k]["sd"] = float(share[j] * sd[j])
     pull = dict(zip(keys, (2.0 * jac.T @ current.residuals) * sd))
     held = {k: float(share[j]) for j, k in enumerate(keys) if not active[j]}
     result.warnings = fit_warnings(current.values, result.prior, held, pull)
