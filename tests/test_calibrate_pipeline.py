@@ -149,6 +149,6 @@ def test_the_command_runs_as_a_module(tmp_path):
     """``python -m distsim.calibrate``: its help is the pipeline's map; no stage is one line, exit 2."""
     run = lambda *a: subprocess.run([sys.executable, "-m", "distsim.calibrate", *a], capture_output=True, text=True, cwd=tmp_path)  # noqa: E731
     helped = run("-h")
-    assert helped.returncode == 0 and "fit serving terms on runs" in helped.stdout
+    assert helped.returncode == 0 and "fit GPU and serving terms on runs" in helped.stdout
     bare = run()
     assert bare.returncode == 2 and bare.stderr.count("\n") == 1 and "give a stage first" in bare.stderr
