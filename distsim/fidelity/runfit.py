@@ -310,6 +310,73 @@ def prior_sd(terms: Sequence[str], hardware: str | None = None, overrides: Seque
     return {t: MEASURED_SD[t] if t in measured else PRIOR_SD[t] for t in terms}
 
 
+@dataclass
+class Box:
+    """The fitted terms' bounds, forward-difference steps, prior and prior sd, in ``keys`` order."""
+
+    keys: list[str]
+    sd: np.ndarray
+    prior: np.ndarray
+
+    @classmethod
+    def of(cls, keys: Sequence[str], start: dict[str, float], sd: dict[str, float] | None) -> Box:
+        box = cls(list(keys), np.array([(sd or PRIOR_SD).get(k, PRIOR_SD[k]) for k in keys]), np.zeros(len(keys)))
+        box.prior = np.clip(np.array([start[k] for k in keys], dtype=float), box.lo, box.hi)
+        return box
+
+    @property
+    def lo(self) -> np.ndarray:
+        return np.array([TERMS[k][0] for k in self.keys])
+
+    @property
+    def hi(self) -> np.ndarray:
+        return np.array([TERMS[k][1] for k in self.keys])
+
+    @property
+    def h(self) -> np.ndarray:
+        return np.array([TERMS[k][2] for k in self.keys])
+
+    def values(self, x: np.ndarray) -> dict[str, float]:
+        return dict(zip(self.keys, (float(a) for a in x)))
+
+    def step(self, jac: np.ndarray, res: np.ndarray, x: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """The bounded Gauss-Newton step of the ``active`` terms (the others stay)."""
+        dx = np.zeros(len(self.keys))
+        a = active
+        if a.any():
+            dx[a] = _step(jac[:, a], res, x[a], self.lo[a], self.hi[a], self.h[a], self.prior[a], self.sd[a])
+        return dx
+
+    def total(self, scored: Scored, x: np.ndarray) -> float:
+        return scored.objective + prior_cost(x, self.prior, self.sd)
+
+
+def _jacobian(runs: Runs, box: Box, x: np.ndarray, current: Scored, jac: np.ndarray, active: np.ndarray) -> None:
+    """Forward differences of the ``active`` terms' columns of ``jac`` at ``x`` (one replay each)."""
+    h, hi = box.h, box.hi
+    for j in np.flatnonzero(active):
+        xj = x.copy()
+        xj[j] = xj[j] + h[j] if xj[j] + h[j] <= hi[j] else xj[j] - h[j]
+        jac[:, j] = (runs.score(box.values(xj)).residuals - current.residuals) / (xj[j] - x[j])
+
+
+def _diagnose(result: RunFit, box: Box, jac: np.ndarray, active: np.ndarray, share: np.ndarray) -> None:
+    """The fit's identifiability (standard errors as fitted: the held terms at their prior) and warnings."""
+    keys, sd = box.keys, box.sd
+    result.identifiability, result.condition = identifiability(jac, keys, sd)
+    if active.any():
+        kept, _ = identifiability(jac[:, active], [k for j, k in enumerate(keys) if active[j]], sd[active])
+        for k, v in kept.items():
+            result.identifiability[k]["sd"] = v["sd"]
+    for j, k in enumerate(keys):
+        result.identifiability[k]["pinned"] = bool(active[j])
+        if not active[j]:  # a held term's: its share at the test that held it
+            result.identifiability[k]["sd"] = float(share[j] * sd[j])
+    pull = dict(zip(keys, (2.0 * jac.T @ result.best.residuals) * sd))
+    held = {k: float(share[j]) for j, k in enumerate(keys) if not active[j]}
+    result.warnings = fit_warnings(result.best.values, result.prior, held, pull)
+
+
 def fit(
     runs: Runs, start: dict[str, float], iterations: int = 3, lomo: bool = False, progress: Progress | None = None,
     terms: Sequence[str] | None = None, sd: dict[str, float] | None = None,
@@ -318,69 +385,40 @@ def fit(
     regularised toward ``start`` (the prior) with standard deviations ``sd`` (default :data:`PRIOR_SD`;
     :func:`prior_sd` gives a GPU's)."""
     say = progress or (lambda _line: None)
-    keys = list(terms or DEFAULT_TERMS)
-    lo = np.array([TERMS[k][0] for k in keys])
-    hi = np.array([TERMS[k][1] for k in keys])
-    h = np.array([TERMS[k][2] for k in keys])
-    sd = np.array([(sd or PRIOR_SD).get(k, PRIOR_SD[k]) for k in keys])
+    box = Box.of(list(terms or DEFAULT_TERMS), start, sd)
     began = time.perf_counter()
-    x = np.clip(np.array([start[k] for k in keys], dtype=float), lo, hi)
-    prior = x.copy()
-    values = lambda v: dict(zip(keys, (float(a) for a in v)))  # noqa: E731
-    first = current = runs.score(values(x))
+    x = box.prior.copy()
+    first = current = runs.score(box.values(x))
     total = current.objective
     say(f"start: objective {total:.5f}")
-    jac = np.zeros((len(current.residuals), len(keys)))
-    active = np.ones(len(keys), dtype=bool)
-    share = np.zeros(len(keys))
+    jac = np.zeros((len(current.residuals), len(box.keys)))
+    active, share = np.ones(len(box.keys), dtype=bool), np.zeros(len(box.keys))
     for it in range(iterations):
-        for j in np.flatnonzero(active):
-            xj = x.copy()
-            xj[j] = xj[j] + h[j] if xj[j] + h[j] <= hi[j] else xj[j] - h[j]
-            jac[:, j] = (runs.score(values(xj)).residuals - current.residuals) / (xj[j] - x[j])
+        _jacobian(runs, box, x, current, jac, active)
         if it == 0:  # what the runs cannot pin is held at its prior from here on
-            active, share = pinned(jac, sd)
-            if not active.any():
-                break
-        dx = np.zeros(len(keys))
-        a = active
-        dx[a] = _step(jac[:, a], current.residuals, x[a], lo[a], hi[a], h[a], prior[a], sd[a])
+            active, share = pinned(jac, box.sd)
+        if not active.any():
+            break
+        dx = box.step(jac, current.residuals, x, active)
         for _ in range(4):
-            xt = np.clip(x + dx, lo, hi)
-            trial = runs.score(values(xt))
-            trial_total = trial.objective + prior_cost(xt, prior, sd)
-            say(f"iteration {it + 1}: objective {trial_total:.5f} (from {total:.5f})")
-            if trial_total < total:
+            xt = np.clip(x + dx, box.lo, box.hi)
+            trial = runs.score(box.values(xt))
+            say(f"iteration {it + 1}: objective {box.total(trial, xt):.5f} (from {total:.5f})")
+            if box.total(trial, xt) < total:
                 break
             dx = dx / 2
-        if trial_total >= total:
+        if box.total(trial, xt) >= total:
             break
-        x, current, total = xt, trial, trial_total
-    result = RunFit(first, current, runs.evaluations, 0.0, jac.copy(), prior=values(prior))
-    result.identifiability, result.condition = identifiability(jac, keys, sd)
-    if active.any():  # a fitted term's standard error with the held ones at their prior, as fitted
-        kept, _ = identifiability(jac[:, active], [k for j, k in enumerate(keys) if active[j]], sd[active])
-        for k, v in kept.items():
-            result.identifiability[k]["sd"] = v["sd"]
-    for j, k in enumerate(keys):
-        result.identifiability[k]["pinned"] = bool(active[j])
-        if not active[j]:  # a held term's: its share at the test that held it
-            result.identifiability[k]["sd"] = float(share[j] * sd[j])
-    pull = dict(zip(keys, (2.0 * jac.T @ current.residuals) * sd))
-    held = {k: float(share[j]) for j, k in enumerate(keys) if not active[j]}
-    result.warnings = fit_warnings(current.values, result.prior, held, pull)
+        x, current, total = xt, trial, box.total(trial, xt)
+    result = RunFit(first, current, runs.evaluations, 0.0, jac.copy(), prior=box.values(box.prior))
+    _diagnose(result, box, jac, active, share)
     if lomo:
-        models = list(dict.fromkeys(r.model_name for r in runs.runs))
         rows = {r.id: i for i, r in enumerate(runs.runs)}
-        for model in models:
+        for model in dict.fromkeys(r.model_name for r in runs.runs):
             keep = np.array([runs.runs[rows[rid]].model_name != model for rid in rows for _ in METRICS])
-            dx = np.zeros(len(keys))
-            a = active
-            if a.any():
-                dx[a] = _step(jac[keep][:, a], current.residuals[keep], x[a], lo[a], hi[a], h[a], prior[a], sd[a])
-            fold = values(np.clip(x + dx, lo, hi))
-            held = [r for r in runs.runs if r.model_name == model]
-            result.lomo[model] = runs.score(fold, held)
+            dx = box.step(jac[keep], current.residuals[keep], x, active)
+            fold = box.values(np.clip(x + dx, box.lo, box.hi))
+            result.lomo[model] = runs.score(fold, [r for r in runs.runs if r.model_name == model])
             result.lomo_values[model] = fold
             say(f"held out {model}: {fold}")
     result.evaluations = runs.evaluations
