@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import sys
@@ -36,6 +37,8 @@ def _runs_parser() -> argparse.ArgumentParser:
                    "with --steps their serving terms)")
     p.add_argument("--runs", metavar="ID,ID", help="comma-separated run ids of a folder of runs (default: all that have measurements)")
     p.add_argument("--lomo", action="store_true", help="also leave each model out in turn")
+    p.add_argument("--prior-scale", type=float, default=1.0, metavar="S",
+                   help="every term's prior standard deviation times S (default 1; larger: the runs alone decide)")
     p.add_argument("--iterations", type=int, default=3, help="Gauss-Newton iterations (default 3)")
     p.add_argument("--workers", type=int, default=None, help="replay processes (default: os.cpu_count())")
     p.add_argument("--out", default=DEFAULT_FIT, help=f"the fit as JSON (default {DEFAULT_FIT})")
@@ -78,6 +81,8 @@ def runs_main(argv: Sequence[str]) -> int:
         parser.error("give at least one run, or a folder of runs")
     if ns.iterations < 1 or (ns.workers is not None and ns.workers < 1):
         parser.error("--iterations and --workers must be at least 1")
+    if not ns.prior_scale > 0 or not math.isfinite(ns.prior_scale):
+        parser.error(f"--prior-scale must be a positive number (got {ns.prior_scale})")
     command = f"{PROG} runs " + shlex.join(list(argv))
 
     def say(line: str) -> None:
@@ -97,7 +102,7 @@ def runs_main(argv: Sequence[str]) -> int:
             terms = chosen or _default_terms(ns.steps, len(gpus) > 1 or runfit.steps_measured(gpus[0]))
             hardware = stage.runs_hardware(runs, overrides, terms)
             start = runfit.start_values(frozen, hardware)
-            result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms, runfit.prior_sd(terms, hardware, overrides))
+            result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms, runfit.prior_sd(terms, hardware, overrides, ns.prior_scale))
         record = stage.fit_record(result, runs, frozen, command, gpu, paths, hardware)
         outputs.write_text(out, json.dumps(record, indent=2, allow_nan=True) + "\n")
     except UserError as err:

@@ -294,10 +294,13 @@ def steps_measured(hardware: str) -> bool:
     return load_hardware(hardware).name == FITTED_ON
 
 
-def prior_sd(terms: Sequence[str], hardware: str | None = None, overrides: Sequence[str] = ()) -> dict[str, float]:
+def prior_sd(
+    terms: Sequence[str], hardware: str | None = None, overrides: Sequence[str] = (), scale: float = 1.0,
+) -> dict[str, float]:
     """Each term's prior standard deviation on GPU ``hardware``: :data:`MEASURED_SD` for a GPU term
     measured on it (the H100's step tables, the catalog's ``achieved`` values) and not set among
-    ``overrides`` (a value given there starts the fit as a datasheet guess would), else :data:`PRIOR_SD`."""
+    ``overrides`` (a value given there starts the fit as a datasheet guess would), else :data:`PRIOR_SD`;
+    each times ``scale`` (``--prior-scale``: above 1 a weaker prior, for many runs that pin the terms)."""
     from distsim.catalog.hardware import load_hardware
     from distsim.instance.latency.roofline3 import FITTED_ON
 
@@ -307,7 +310,7 @@ def prior_sd(terms: Sequence[str], hardware: str | None = None, overrides: Seque
         achieved = {f"cluster.latency.{k}" for k, _ in hw.achieved}
         measured = set(MEASURED_SD) if hw.name == FITTED_ON else achieved & set(MEASURED_SD)
     measured -= {o.split("=", 1)[0] for o in overrides}
-    return {t: MEASURED_SD[t] if t in measured else PRIOR_SD[t] for t in terms}
+    return {t: scale * (MEASURED_SD[t] if t in measured else PRIOR_SD[t]) for t in terms}
 
 
 @dataclass
@@ -397,6 +400,13 @@ def fit(
         _jacobian(runs, box, x, current, jac, active)
         if it == 0:  # what the runs cannot pin is held at its prior from here on
             active, share = pinned(jac, box.sd)
+        else:  # a held term the runs did not see at all (a plateau of its difference) is tried again here
+            blind = ~active & ~np.abs(jac).any(axis=0)
+            if blind.any():
+                _jacobian(runs, box, x, current, jac, blind)
+                again, share_again = pinned(jac, box.sd)
+                newly = again & ~active
+                active, share = active | newly, np.where(newly, share_again, share)
         if not active.any():
             break
         dx = box.step(jac, current.residuals, x, active)
