@@ -17,15 +17,20 @@ figure no run measured (the p99 ITL and TPOT: the shared runs record their means
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Rows = Sequence[dict[str, Any]]  # held-out errors, one dict of COLUMNS per run and metric
 
 LEVEL = 0.9
 FILE = "heldout_errors.csv"
@@ -48,19 +53,33 @@ def family_of(model: Any) -> str:
 
 
 @cache
-def heldout_errors() -> pd.DataFrame:
-    """The shipped held-out errors (one row per run and metric)."""
+def heldout_rows() -> tuple[dict[str, Any], ...]:
+    """The shipped held-out errors, one row per run and metric (csv, not pandas: every simulation reads
+    them, and a simulation imports no pandas)."""
     with resources.files("distsim.catalog").joinpath("data", FILE).open(encoding="utf-8") as fh:
-        table = pd.read_csv(fh, dtype={"run": str})
-    missing = set(COLUMNS) - set(table.columns)
-    if missing:
-        raise ValueError(f"{FILE}: missing column(s) {', '.join(sorted(missing))}")
-    return table
+        reader = csv.DictReader(fh)
+        missing = set(COLUMNS) - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{FILE}: missing column(s) {', '.join(sorted(missing))}")
+        return tuple({**r, "measured": float(r["measured"]), "simulated": float(r["simulated"])} for r in reader)
 
 
-def scores(table: pd.DataFrame) -> pd.Series:
+def heldout_errors() -> pd.DataFrame:
+    """:func:`heldout_rows` as a table (for the scripts and tests)."""
+    import pandas as pd
+
+    return pd.DataFrame(list(heldout_rows()), columns=list(COLUMNS))
+
+
+def _rows(table: Rows | pd.DataFrame | None) -> list[dict[str, Any]]:
+    if table is None:
+        return list(heldout_rows())
+    return table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+
+
+def scores(rows: Rows) -> np.ndarray:
     """|log(simulated / measured)| per row."""
-    return np.abs(np.log(table["simulated"] / table["measured"]))
+    return np.array([abs(math.log(r["simulated"] / r["measured"])) for r in rows])
 
 
 def conformal_quantile(values: Sequence[float], level: float = LEVEL) -> float:
@@ -87,28 +106,28 @@ class Basis:
                 "(split-conformal on leave-one-model-out errors)")
 
 
-def basis_rows(table: pd.DataFrame, gpu: str, family: str, level: float = LEVEL) -> tuple[pd.DataFrame, Basis] | None:
+def basis_rows(table: Rows | pd.DataFrame, gpu: str, family: str, level: float = LEVEL) -> tuple[list[dict[str, Any]], Basis] | None:
     """The rows an interval for (``gpu``, ``family``) is drawn from: that family's runs on that GPU when
     they are enough for ``level`` (at least level / (1 - level) runs), else every family's on that GPU;
     None when the GPU has no held-out runs."""
-    on_gpu = table[table["gpu"] == gpu]
-    if on_gpu.empty:
+    on_gpu = [r for r in _rows(table) if r["gpu"] == gpu]
+    if not on_gpu:
         return None
     need = math.ceil(level / (1.0 - level) - 1e-9)
-    mine = on_gpu[on_gpu["family"] == family]
-    rows, fam = (mine, family) if mine["run"].nunique() >= need else (on_gpu, "any")
-    return rows, Basis(gpu, fam, int(rows["run"].nunique()), int(rows["model"].nunique()))
+    mine = [r for r in on_gpu if r["family"] == family]
+    rows, fam = (mine, family) if len({r["run"] for r in mine}) >= need else (on_gpu, "any")
+    return rows, Basis(gpu, fam, len({r["run"] for r in rows}), len({r["model"] for r in rows}))
 
 
-def quantiles(rows: pd.DataFrame, level: float = LEVEL) -> dict[str, float]:
+def quantiles(rows: Rows, level: float = LEVEL) -> dict[str, float]:
     """Per held-out metric, the conformal bound of its scores."""
-    return {str(m): conformal_quantile(scores(part), level) for m, part in rows.groupby("metric")}
+    metrics = sorted({r["metric"] for r in rows})
+    return {m: conformal_quantile(scores([r for r in rows if r["metric"] == m]), level) for m in metrics}
 
 
-def for_pool(gpu: str, family: str, table: pd.DataFrame | None = None, level: float = LEVEL) -> tuple[dict[str, float], Basis] | None:
+def for_pool(gpu: str, family: str, table: Rows | pd.DataFrame | None = None, level: float = LEVEL) -> tuple[dict[str, float], Basis] | None:
     """(bound per metric, basis) for a pool of ``gpu`` serving a ``family`` model, or None."""
-    table = heldout_errors() if table is None else table
-    found = basis_rows(table, gpu, family, level)
+    found = basis_rows(_rows(table), gpu, family, level)
     if found is None:
         return None
     rows, basis = found
@@ -142,20 +161,23 @@ def interval(value: float | None, q: float, digits: int = 4) -> list[float] | No
     return [round(value * math.exp(-q), digits), round(value * math.exp(q), digits)]
 
 
-def coverage(table: pd.DataFrame | None = None, level: float = LEVEL) -> pd.DataFrame:
+def coverage(table: Rows | pd.DataFrame | None = None, level: float = LEVEL) -> pd.DataFrame:
     """Each model held out in turn: its runs' figures against the interval drawn from the other models'
     runs (same rule as :func:`for_pool`); one row per held-out run and metric with ``covered``."""
-    table = heldout_errors() if table is None else table
-    rows = []
-    for model, held in table.groupby("model", sort=True):
-        rest = table[table["model"] != model]
-        for (gpu, family), part in held.groupby(["gpu", "family"]):
-            found = for_pool(str(gpu), str(family), rest, level)
+    import pandas as pd
+
+    rows = _rows(table)
+    out = []
+    for model in sorted({r["model"] for r in rows}):
+        rest = [r for r in rows if r["model"] != model]
+        held = [r for r in rows if r["model"] == model]
+        for gpu, family in sorted({(r["gpu"], r["family"]) for r in held}):
+            found = for_pool(gpu, family, rest, level)
             if found is None:
                 continue
             qs, basis = found
-            for r in part.itertuples(index=False):
-                q = qs.get(r.metric, math.inf)
-                score = abs(math.log(r.simulated / r.measured))
-                rows.append((r.gpu, r.family, model, r.run, r.metric, q, score, score <= q, basis.family))
-    return pd.DataFrame(rows, columns=["gpu", "family", "model", "run", "metric", "bound", "score", "covered", "basis_family"])
+            for r in (r for r in held if (r["gpu"], r["family"]) == (gpu, family)):
+                q = qs.get(r["metric"], math.inf)
+                score = abs(math.log(r["simulated"] / r["measured"]))
+                out.append((gpu, family, model, r["run"], r["metric"], q, score, score <= q, basis.family))
+    return pd.DataFrame(out, columns=["gpu", "family", "model", "run", "metric", "bound", "score", "covered", "basis_family"])
