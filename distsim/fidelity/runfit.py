@@ -363,6 +363,20 @@ def _jacobian(runs: Runs, box: Box, x: np.ndarray, current: Scored, jac: np.ndar
         jac[:, j] = (runs.score(box.values(xj)).residuals - current.residuals) / (xj[j] - x[j])
 
 
+def _retry_blind(
+    runs: Runs, box: Box, x: np.ndarray, current: Scored, jac: np.ndarray, active: np.ndarray, share: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A held term the runs did not see at all (a plateau of its difference at the start) tried again at
+    ``x``: pinned from here on if the runs see it now."""
+    blind = ~active & ~np.abs(jac).any(axis=0)
+    if not blind.any():
+        return active, share
+    _jacobian(runs, box, x, current, jac, blind)
+    again, share_again = pinned(jac, box.sd)
+    newly = again & ~active
+    return active | newly, np.where(newly, share_again, share)
+
+
 def _diagnose(result: RunFit, box: Box, jac: np.ndarray, active: np.ndarray, share: np.ndarray) -> None:
     """The fit's identifiability (standard errors as fitted: the held terms at their prior) and warnings."""
     keys, sd = box.keys, box.sd
@@ -400,13 +414,8 @@ def fit(
         _jacobian(runs, box, x, current, jac, active)
         if it == 0:  # what the runs cannot pin is held at its prior from here on
             active, share = pinned(jac, box.sd)
-        else:  # a held term the runs did not see at all (a plateau of its difference) is tried again here
-            blind = ~active & ~np.abs(jac).any(axis=0)
-            if blind.any():
-                _jacobian(runs, box, x, current, jac, blind)
-                again, share_again = pinned(jac, box.sd)
-                newly = again & ~active
-                active, share = active | newly, np.where(newly, share_again, share)
+        else:
+            active, share = _retry_blind(runs, box, x, current, jac, active, share)
         if not active.any():
             break
         dx = box.step(jac, current.residuals, x, active)
