@@ -151,6 +151,7 @@ def run(
 
         summary["capacity"] = capacity(scenario, summary, lambda trial, probe: run(trial, probe=probe).summary)
     summary["fitness"] = compute_fitness(summary, scenario.fitness)
+    summary["prediction_interval"] = prediction_interval(summary, scenario)
     del summary["_derived"]
     extra: dict[str, Any] = {}  # what the features add to the result (cells.parquet, timeline.json, ...)
     for feature in parts.features.values():
@@ -160,6 +161,14 @@ def run(
     if probe is not None:
         probe.measured(result)
     return result
+
+
+def prediction_interval(summary: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
+    """summary.json's ``prediction_interval``: each latency figure's 90% interval from the step model's
+    held-out errors on the pools' GPUs and model families (distsim.catalog.intervals)."""
+    from distsim.catalog.intervals import family_of, summary_section
+
+    return summary_section(summary, [(p.hardware.name, family_of(p.model)) for p in scenario.pools])
 
 
 def _progress_line(

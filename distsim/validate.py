@@ -4,7 +4,8 @@ The same as ``python -m distsim.calibrate validate RUN_DIR``, the calibration pi
 
 Reads the run (vLLM bench folder or plain CSV run, see distsim.fidelity), simulates exactly its
 requests on its engine settings, prints measured against simulated TTFT, TPOT and E2E (mean, p50, p90,
-p95, p99) and writes validation.json ({metric: {measured, simulated, error_pct}}) plus two PNGs
+p95, p99) and writes validation.json ({metric: {measured, simulated, error_pct, interval, covered}}: the
+simulated figure's 90% prediction interval, distsim.catalog.intervals) plus two PNGs
 (per-request latency; running/waiting over time) into the run folder or ``--out``. Overrides are the
 simulator's (e.g. ``cluster.latency.profile=rtx4090-llama-3.1-8b``) and win over the run's settings.
 """
@@ -81,6 +82,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m distsim.valid
         return 2
     print(describe(v))
     print(format_comparison(v.comparison))
+    print(v.interval_line())
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
 

@@ -5,6 +5,7 @@ and on a folder of runs (two short H100 runs) when ../shared/data is present."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,32 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
     assert "## Where each run's error sits" in text and "| 66 |" in text and "| 67 |" in text
 
 
+BENCH = SUITE.parent / "llmservingsim_bench"
+
+
+@pytest.mark.skipif(not BENCH.is_dir(), reason=f"{BENCH} is absent")
+def test_a_gpu_fit_on_one_rtx_run_moves_its_gpu_terms_and_stays_on_its_gpu(tmp_path, capsys):
+    """calibrate runs on the RTX 4090 run fits what that GPU achieves (its decode reads weights at the
+    catalog's achieved bandwidth: the fit starts there, at the fitted value), the record names the GPU,
+    and validate refuses the fit on the RTX PRO 6000 run: a GPU's terms are not another's."""
+    ada, pro = BENCH / "RTX4090_Llama-3.1-8B", BENCH / "RTXPRO6000_Llama-3.1-8B"
+    fit = tmp_path / "fit.json"
+    code = main(["runs", str(ada), "--terms", "cluster.latency.memory_efficiency,cluster.latency.all_reduce_latency_us",
+                 "--iterations", "1", "--workers", "1", "--out", str(fit)])
+    assert code == 0, capsys.readouterr().err
+    record = json.loads(fit.read_text())
+    assert record["hardware"] == "RTX4090"
+    assert record["prior"]["cluster.latency.memory_efficiency"] == pytest.approx(0.9414)  # the catalog's achieved
+    assert abs(record["fit"]["runs"][ada.name]["itl_mean"]) < 5
+    assert record["fit"]["objective"] <= record["start"]["objective"]
+    # TP 1: no all-reduce, so the runs cannot pin its latency: named, and held at its prior
+    assert any(w.startswith("cluster.latency.all_reduce_latency_us is not pinned") for w in record["warnings"])
+    assert record["fit"]["values"]["cluster.latency.all_reduce_latency_us"] == pytest.approx(record["prior"]["cluster.latency.all_reduce_latency_us"])
+    capsys.readouterr()
+    assert main(["validate", str(pro), "--fit", str(fit), "--no-plots", "--out", str(tmp_path / "v")]) == 2
+    assert "fitted on RTX4090 runs, and this run is on RTXPRO6000" in one_line_error(capsys)
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -97,6 +124,8 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
         (["runs", "RUN", "--lomo", "--workers", "1"], "--lomo needs runs of at least two models"),
         (["runs", "RUN", "--steps", "nowhere.json"], "--steps nowhere.json: not a step fit"),
         (["runs", "RUN", "RUN"], "two runs are named"),
+        (["runs", "RUN", "RUN2", "--terms", "cluster.latency.memory_efficiency", "--iterations", "1"],
+         "GPU terms (cluster.latency.memory_efficiency"),
         (["steps", str(STEPS), "--lomo"], "--lomo goes with --fit"),
         (["report", "nowhere.json"], "nowhere.json: cannot read a serving fit"),
         (["validate", "RUN", "--fit", "nowhere.json"], "--fit nowhere.json: not a fit written by calibrate runs"),
@@ -111,7 +140,11 @@ def test_a_users_mistake_is_one_line_and_exit_2(argv, words, run, tmp_path, caps
     fit.write_text(json.dumps({"command": "c", "start": part, "fit": part, "data": [str(run)]}))
     cut = tmp_path / "cut.json"
     cut.write_text(json.dumps({"command": "c", "start": {}, "fit": {"runs": {}}, "data": [str(run)]}))
-    argv = [{"RUN": str(run), "FIT": str(fit), "CUT": str(cut)}.get(a, a) for a in argv]
+    other = tmp_path / "other"  # the same run, said to be on another GPU
+    shutil.copytree(run, other)
+    settings = json.loads((other / "run.json").read_text())
+    (other / "run.json").write_text(json.dumps({**settings, "hardware": "L40S"}))
+    argv = [{"RUN": str(run), "FIT": str(fit), "RUN2": str(other), "CUT": str(cut)}.get(a, a) for a in argv]
     assert main(argv) == 2
     assert words in one_line_error(capsys)
 
@@ -120,7 +153,7 @@ def test_the_command_runs_as_a_module(tmp_path):
     """``python -m distsim.calibrate``: its help is the pipeline's map; no stage is one line, exit 2."""
     run = lambda *a: subprocess.run([sys.executable, "-m", "distsim.calibrate", *a], capture_output=True, text=True, cwd=tmp_path)  # noqa: E731
     helped = run("-h")
-    assert helped.returncode == 0 and "fit serving terms on runs" in helped.stdout
+    assert helped.returncode == 0 and "fit GPU and serving terms on runs" in helped.stdout
     bare = run()
     assert bare.returncode == 2 and bare.stderr.count("\n") == 1 and "give a stage first" in bare.stderr
 

@@ -142,3 +142,91 @@ def test_real_bench_run_carries_its_engine_settings():
     assert pro.engine.scheduler_reserve_full_isl is None and pro.engine.total_kv_blocks is None
     assert pro.engine.async_scheduling is None  # not recorded: the config's default (true, as in vLLM 0.19)
     assert pro.engine.max_num_seqs == 128
+
+
+def test_bench_run_replays_greedy_as_its_client_sent_it():
+    """LLMServingSim's bench client sends temperature 0: its runs replay on the greedy sampling path,
+    whatever the model's generation defaults say, unless the user's override picks another."""
+    from distsim.fidelity.replay import replay_config
+
+    run = read_run(FIX / "tiny_bench")
+    assert run.sampler == "greedy"
+    cfg = replay_config(run, ["cluster.hardware=H100", "cluster.model=meta-llama/Llama-3.1-8B"])
+    assert cfg.cluster.latency.serving.sampler == "greedy"
+    mine = replay_config(run, ["cluster.hardware=H100", "cluster.model=meta-llama/Llama-3.1-8B",
+                               "cluster.latency.serving.sampler=top_k_top_p"])
+    assert mine.cluster.latency.serving.sampler == "top_k_top_p"
+    csv_run = read_run(FIX / "tiny.csv")
+    assert csv_run.sampler is None  # the CSV format does not say: the model's own defaults
+
+
+def test_vllm_bench_serve_result_reads_per_request_times_and_its_sampling(tmp_path):
+    """``vllm bench serve --save-result --save-detailed``: sends on the client's clock, TTFT and E2E
+    from ttfts and the gaps, the failed request left out, greedy (bench serve's default temperature 0),
+    another temperature where the result records one."""
+    run = read_run(FIX / "vllm_bench_serve.json")
+    req = run.requests
+    assert list(req["source_id"]) == ["req-0", "req-1", "req-3"] and run.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert req["arrival_ms"].tolist() == pytest.approx([0.0, 250.0, 500.0], abs=1e-6)
+    assert req["ttft_ms"].tolist() == pytest.approx([100.0, 150.0, 200.0], abs=1e-6)
+    assert req["e2e_ms"].tolist() == pytest.approx([300.0, 250.0, 400.0], abs=1e-6)
+    assert req["tpot_ms"].tolist() == pytest.approx([200.0 / 3, 100.0, 100.0], abs=1e-6)
+    assert run.sampler == "greedy" and run.hardware is None
+    data = json.loads((FIX / "vllm_bench_serve.json").read_text())
+    for extra, path in (({"temperature": 0.7}, "temperature"), ({"sampling_params": {"temperature": 0.6, "top_p": 0.9}}, "top_k_top_p")):
+        f = tmp_path / f"{path}.json"
+        f.write_text(json.dumps({**data, **extra}))
+        assert read_run(f).sampler == path
+
+
+def test_vllm_bench_serve_result_without_details_names_the_flag(tmp_path):
+    data = json.loads((FIX / "vllm_bench_serve.json").read_text())
+    f = tmp_path / "summary_only.json"
+    f.write_text(json.dumps({k: v for k, v in data.items() if k not in ("start_times",)}))
+    with pytest.raises(InputFileError, match="--save-detailed"):
+        read_run(f)
+
+
+def test_guidellm_report_puts_every_benchmark_on_one_clock(tmp_path):
+    """GuideLLM's report: successful requests of every benchmark (loads run one after another) on the
+    client's clock, the errored one left out, the worker's model; no temperature recorded: the model's
+    own sampling defaults (None), a recorded one picks its path."""
+    run = read_run(FIX / "guidellm_benchmarks.json")
+    req = run.requests
+    assert list(req["source_id"]) == ["a", "b", "c"] and run.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert req["arrival_ms"].tolist() == pytest.approx([0.0, 500.0, 2000.0], abs=1e-6)
+    assert req["ttft_ms"].tolist() == pytest.approx([80.0, 100.0, 50.0], abs=1e-6)
+    assert req["e2e_ms"].tolist() == pytest.approx([380.0, 300.0, 250.0], abs=1e-6)
+    assert req["tpot_ms"].tolist() == pytest.approx([100.0, 100.0, 50.0], abs=1e-6)
+    assert run.sampler is None
+    data = json.loads((FIX / "guidellm_benchmarks.json").read_text())
+    data["benchmarks"][0]["extras"] = {"temperature": 0.0}
+    f = tmp_path / "greedy.json"
+    f.write_text(json.dumps(data))
+    assert read_run(f).sampler == "greedy"
+    data["benchmarks"][0]["requests"]["successful"][0]["first_token_time"] = "soon"
+    f.write_text(json.dumps(data))
+    with pytest.raises(InputFileError, match=r"successful\[0\].first_token_time is not a finite time"):
+        read_run(f)
+
+
+def test_aiperf_run_reads_its_records_and_its_summary(tmp_path):
+    """AIPerf: per-request records on the client's clock, the failed one left out; the model, the GPU
+    (telemetry's name, a catalog alias) and the sampling (--extra-inputs temperature) from the summary;
+    without the summary, no GPU and the model's own sampling defaults."""
+    run = read_run(FIX / "aiperf_run")
+    req = run.requests
+    assert list(req["source_id"]) == ["req-0", "req-1", "req-3"]
+    assert req["arrival_ms"].tolist() == pytest.approx([0.0, 250.0, 600.0], abs=1e-6)
+    assert req["ttft_ms"].tolist() == pytest.approx([120.0, 80.0, 60.0], abs=1e-6)
+    assert req["e2e_ms"].tolist() == pytest.approx([420.0, 180.0, 260.0], abs=1e-6)
+    assert req["tpot_ms"].tolist() == pytest.approx([100.0, 50.0, 50.0], abs=1e-6)
+    assert run.model == "meta-llama/Llama-3.1-8B-Instruct" and run.hardware == "RTX4090" and run.sampler == "temperature"
+    alone = tmp_path / "export.jsonl"
+    shutil.copy(FIX / "aiperf_run" / "profile_export.jsonl", alone)
+    bare = read_run(alone)
+    assert bare.hardware is None and bare.sampler is None and len(bare.requests) == 3
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text((FIX / "aiperf_run" / "profile_export.jsonl").read_text().replace('"value": 80,', '"value": "fast",'))
+    with pytest.raises(InputFileError, match=r"line 2.*time_to_first_token.value is not a finite number|time_to_first_token.value is not a finite number"):
+        read_run(bad)

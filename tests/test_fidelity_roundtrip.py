@@ -85,11 +85,12 @@ def roofline3_run(tmp_path_factory):
 
 def test_calibrate_runs_recovers_the_shipped_models_serving_terms(roofline3_run, tmp_path, capsys):
     """A user's own run: ``calibrate runs`` fits roofline3's host and front-end terms (the GPU terms frozen
-    at the shipped values) and lands on the values that made the run."""
+    at the shipped values) and, with a prior too weak to hold them (``--prior-scale 100``: the start is
+    2.5 default prior sds off for the front end), lands on the values that made the run."""
     out = tmp_path / "fit.json"
     start = [f"{k}={v}" for k, v in SERVING_START.items()]
     code = calibrate_main(["runs", str(roofline3_run), *NO_FRONT_END[1:], *start, "--terms", ",".join(SERVING),
-                           "--workers", "1", "--out", str(out)])
+                           "--prior-scale", "100", "--workers", "1", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     record = json.loads(out.read_text())
     assert record["latency_kind"] == "roofline3"
@@ -110,7 +111,7 @@ def test_validate_cli_writes_json_and_plots(synthetic_run, tmp_path, capsys):
     assert code == 0
     data = json.loads((out / "validation.json").read_text())
     assert set(data) == set(METRICS)
-    assert set(data["ttft_ms.p99"]) == {"measured", "simulated", "error_pct"}
+    assert set(data["ttft_ms.p99"]) == {"measured", "simulated", "error_pct", "interval", "covered"}
     assert data["e2e_ms.mean"]["error_pct"] == 0
     assert (out / "validation_latency.png").stat().st_size > 0
     assert (out / "validation_occupancy.png").stat().st_size > 0

@@ -66,4 +66,75 @@ def test_fit_on_two_short_runs_lowers_the_objective():
         start = {**runfit.start_values(over), "cluster.latency.step_overhead_us": 3000.0}
         fit = runfit.fit(runs, start, iterations=1)
     assert fit.best.objective <= fit.start.objective
-    assert np.isfinite(fit.jacobian).all() and fit.evaluations >= 1 + len(runfit.TERMS)
+    assert np.isfinite(fit.jacobian).all() and fit.evaluations >= 1 + len(runfit.DEFAULT_TERMS)
+
+
+class AnalyticRuns:
+    """Runs whose residuals are a known function of the terms (no replay): one run, three figures."""
+
+    def __init__(self, residual_of):
+        self.residual_of, self.runs, self.evaluations = residual_of, [], 0
+
+    def score(self, values, runs=None):
+        self.evaluations += 1
+        res = np.asarray(self.residual_of(values), dtype=float)
+        return runfit.Scored(dict(values), pd.DataFrame(), res, float(res @ res))
+
+
+MEM, LAYER, REQ = "cluster.latency.memory_efficiency", "cluster.latency.layer_overhead_us", "cluster.frontend.request_us"
+
+
+def test_prior_holds_what_the_runs_cannot_see_and_warns_by_name():
+    """Residuals that see memory_efficiency alone (a 10% miss that 0.72 would fix): it moves most of the
+    way (the prior pulls it back a little), layer_overhead_us stays on its prior and is named as not
+    pinned; a term the runs push past its bound is named with the bound."""
+    def residual_of(v):
+        miss = 0.72 / v[MEM] - 1.0  # relative error of a bandwidth-bound figure
+        return [miss, miss, miss - v[REQ] / 1e5]
+
+    runs = AnalyticRuns(residual_of)
+    start = {MEM: 0.7942, LAYER: 31.58, REQ: 0.0}
+    fit = runfit.fit(runs, start, iterations=4, terms=[MEM, LAYER, REQ], sd=runfit.PRIOR_SD)
+    got = fit.best.values
+    assert 0.72 < got[MEM] < 0.7942 and abs(got[MEM] - 0.72) < 0.3 * (0.7942 - 0.72)
+    assert got[LAYER] == pytest.approx(31.58)
+    assert fit.best.objective < fit.start.objective
+    text = "\n".join(fit.warnings)
+    assert f"{LAYER} is not pinned" in text and f"{MEM} is not pinned" not in text
+    assert f"{REQ} ended on its lower bound" in text  # the runs want a negative front-end time
+    ident = fit.identifiability
+    assert ident[LAYER]["data_sd"] == math.inf and ident[LAYER]["sd"] == pytest.approx(ident[LAYER]["prior_sd"])
+    assert ident[MEM]["sd"] < 0.5 * ident[MEM]["prior_sd"]
+
+
+def test_a_measured_gpu_term_has_the_tighter_prior():
+    """The H100's GPU terms are pinned by its step tables, a datasheet GPU's are not; the RTX 4090's
+    catalog values come from a run of it."""
+    h100 = runfit.prior_sd([MEM, REQ], "H100")
+    l40s = runfit.prior_sd([MEM, REQ], "L40S")
+    ada = runfit.prior_sd([MEM, LAYER], "RTX4090")
+    assert h100[MEM] == runfit.MEASURED_SD[MEM] < l40s[MEM] == runfit.PRIOR_SD[MEM]
+    assert h100[REQ] == l40s[REQ] == runfit.PRIOR_SD[REQ]  # a serving term: the user's own host
+    assert ada[MEM] == runfit.MEASURED_SD[MEM] and ada[LAYER] == runfit.PRIOR_SD[LAYER]
+
+
+def test_start_values_take_the_gpu_catalog_achieved_terms():
+    from distsim.catalog.hardware import load_hardware
+    from distsim.instance.latency.roofline3 import DEFAULTS
+
+    ada = dict(load_hardware("RTX4090").achieved)
+    got = runfit.start_values(["cluster.latency.kind=roofline3"], "RTX4090")
+    assert got[MEM] == ada["memory_efficiency"] != DEFAULTS.memory_efficiency
+    assert runfit.start_values(["cluster.latency.kind=roofline3"], "L40S")[MEM] == DEFAULTS.memory_efficiency
+
+
+def test_default_terms_leave_a_step_fitted_gpu_to_its_tables():
+    """By default a runs fit moves the GPU terms only of a GPU without its own step fit, on runs of that
+    one GPU: the H100's are its step tables' (one run's few-percent miss is the model's, not the GPU's)."""
+    from distsim.calibrate.cli import _default_terms
+
+    gpu = set(runfit.GPU_TERMS)
+    assert runfit.steps_measured("H100") and not runfit.steps_measured("RTX4090")
+    assert MEM in _default_terms(None, False) and REQ in _default_terms(None, False)
+    assert not set(_default_terms(None, True)) & gpu and REQ in _default_terms(None, True)
+    assert not set(_default_terms("step_fit.json", False)) & gpu

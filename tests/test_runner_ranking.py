@@ -142,3 +142,14 @@ def test_a_configuration_with_an_unmeasured_fitness_is_not_ranked_and_is_named()
     assert pd.isna(ranked.loc["a", "not_ranked"])
     text = format_ranking(rank_configs(table))
     assert "not ranked: policy=b: fitness not measured in 1 of 3 jobs" in text
+
+
+def test_latency_key_figures_carry_the_mean_prediction_interval():
+    """Each job's summary.json interval of a key figure ([low, high], flattened to JSON text) is averaged
+    per config; a config whose jobs have none (a GPU without held-out runs) gets NaN."""
+    table = results({"a": [1.0, 1.2], "b": [0.5, 0.6]})
+    table["ttft_ms.p99"] = [100.0, 120.0, 50.0, 60.0]
+    table["prediction_interval.ttft_ms.p99"] = ["[80.0, 125.0]", "[96.0, 150.0]", None, None]
+    t = rank_configs(table).set_index("policy")
+    assert math.isclose(t.loc["a", "ttft_ms.p99_pi_low"], 88.0) and math.isclose(t.loc["a", "ttft_ms.p99_pi_high"], 137.5)
+    assert math.isnan(t.loc["b", "ttft_ms.p99_pi_low"]) and math.isnan(t.loc["b", "ttft_ms.p99_pi_high"])

@@ -19,12 +19,12 @@ The stages, in the order the data flows, and the module that does each:
    one metric definition (:mod:`distsim.fidelity.metrics`);
 4. **fit GPU terms on step tables** (``steps --fit``): every GPU coefficient of the per-operator model
    by bounded linear least squares, ``scipy.optimize.lsq_linear`` (:mod:`distsim.fidelity.steps.nnls`);
-5. **fit serving terms on runs with the GPU terms frozen** (``runs``): the host and front-end terms of
+5. **fit GPU and serving terms on runs, toward their prior** (``runs``): the terms of
    :data:`distsim.fidelity.runfit.TERMS` (config keys with their bounds: the parameter box) by bounded
-   Gauss-Newton on the runs' whole-run errors, each step ``scipy.optimize.lsq_linear``
-   (:mod:`distsim.fidelity.runfit`; :mod:`.runs` feeds it either kind of run). The GPU terms are the
-   shipped ones (fitted on the H100 step tables, priced with each GPU's datasheet) or, with ``--steps``,
-   those of a step fit on your own tables;
+   Gauss-Newton on the runs' whole-run errors beside one prior row per term, each step
+   ``scipy.optimize.lsq_linear`` (:mod:`distsim.fidelity.runfit`; :mod:`.runs` feeds it either kind of
+   run); what the runs cannot pin is held at its prior and named. By default the GPU terms move only on a
+   GPU without its own step fit (the H100's are its step tables'; ``--steps`` gives yours);
 6. **residuals** and **validate**: where each run's error sits, its simulated mean ITL and TTFT split
    into the model's parts (:mod:`distsim.fidelity.residuals`); replay at given values and compare
    (``validate``: validation.json for a run, suite.csv and suite.md for a folder of runs);

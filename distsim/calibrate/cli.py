@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import sys
@@ -27,14 +28,17 @@ def _runs_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog=f"{PROG} runs",
-        description="Fit the serving terms (host, front end) on real runs with the GPU terms frozen.",
+        description="Fit what the GPU achieves and the serving terms on real runs, toward their prior.",
     )
     p.add_argument("paths", nargs="*", help="run folders or CSV runs, or one folder of runs (with experiments.csv); "
                    "and config overrides (key=value) for every replay")
     p.add_argument("--steps", metavar="STEP_FIT", help="GPU terms from a step fit (step_fit.json) or a folder of step tables to fit")
-    p.add_argument("--terms", metavar="KEY,KEY", help=f"comma-separated keys to fit (default: all of {', '.join(runfit.TERMS)})")
+    p.add_argument("--terms", metavar="KEY,KEY", help=f"comma-separated keys to fit, of {', '.join(runfit.TERMS)} (default: {', '.join(runfit.DEFAULT_TERMS)}; "
+                   "with --steps their serving terms)")
     p.add_argument("--runs", metavar="ID,ID", help="comma-separated run ids of a folder of runs (default: all that have measurements)")
     p.add_argument("--lomo", action="store_true", help="also leave each model out in turn")
+    p.add_argument("--prior-scale", type=float, default=1.0, metavar="S",
+                   help="every term's prior standard deviation times S (default 1; larger: the runs alone decide)")
     p.add_argument("--iterations", type=int, default=3, help="Gauss-Newton iterations (default 3)")
     p.add_argument("--workers", type=int, default=None, help="replay processes (default: os.cpu_count())")
     p.add_argument("--out", default=DEFAULT_FIT, help=f"the fit as JSON (default {DEFAULT_FIT})")
@@ -54,6 +58,16 @@ def _terms(text: str | None) -> list[str] | None:
     return terms
 
 
+def _default_terms(steps: str | None, measured: bool) -> list[str]:
+    """:data:`runfit.DEFAULT_TERMS`; their serving terms only with a step fit (``--steps``), on a GPU
+    whose GPU terms its step tables pin (the H100's) or on runs of several GPUs (``measured``): step
+    tables pin them better than whole runs, whose misses of a few percent are the model's, not the GPU's."""
+    from distsim.fidelity import runfit
+
+    frozen = steps is not None or measured
+    return [t for t in runfit.DEFAULT_TERMS if not frozen or t not in runfit.GPU_TERMS]
+
+
 def runs_main(argv: Sequence[str]) -> int:
     from distsim.calibrate import runs as stage
     from distsim.fidelity import runfit
@@ -67,13 +81,15 @@ def runs_main(argv: Sequence[str]) -> int:
         parser.error("give at least one run, or a folder of runs")
     if ns.iterations < 1 or (ns.workers is not None and ns.workers < 1):
         parser.error("--iterations and --workers must be at least 1")
+    if not ns.prior_scale > 0 or not math.isfinite(ns.prior_scale):
+        parser.error(f"--prior-scale must be a positive number (got {ns.prior_scale})")
     command = f"{PROG} runs " + shlex.join(list(argv))
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        terms = _terms(ns.terms)
+        chosen = _terms(ns.terms)
         out = outputs.prepare_file(ns.out)
         gpu = stage.gpu_overrides(ns.steps, overrides)
         frozen = [*gpu, *overrides]  # the user's own values win
@@ -81,9 +97,13 @@ def runs_main(argv: Sequence[str]) -> int:
             runs, _ = stage.load_runs(paths, pool, ns.runs)
             if ns.lomo:
                 stage.check_lomo(runs)
-            start = runfit.start_values(frozen)
-            result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms)
-        record = stage.fit_record(result, runs, frozen, command, gpu, paths)
+            gpus = stage.runs_gpus(runs, overrides)
+            # by default GPU terms only for one GPU without its own step fit
+            terms = chosen or _default_terms(ns.steps, len(gpus) > 1 or runfit.steps_measured(gpus[0]))
+            hardware = stage.runs_hardware(runs, overrides, terms)
+            start = runfit.start_values(frozen, hardware)
+            result = runfit.fit(runs, start, ns.iterations, ns.lomo, say, terms, runfit.prior_sd(terms, hardware, overrides, ns.prior_scale))
+        record = stage.fit_record(result, runs, frozen, command, gpu, paths, hardware)
         outputs.write_text(out, json.dumps(record, indent=2, allow_nan=True) + "\n")
     except UserError as err:
         print(f"distsim.calibrate: {err}", file=sys.stderr)
@@ -94,6 +114,8 @@ def runs_main(argv: Sequence[str]) -> int:
     print("median |error|: " + ", ".join(f"{m} {v:.1f}%" for m, v in medians.items()))
     for run_id, reason in runs.skipped:
         print(f"skipped {run_id}: {reason}")
+    for line in result.warnings:
+        print(f"warning: {line}")
     print(f"wrote {out}; simulate with: " + " ".join(record["use"]))
     return 0
 
@@ -109,10 +131,24 @@ def _with_fit(argv: Sequence[str]) -> list[str]:
     at = argv.index("--fit")
     if at + 1 >= len(argv):
         raise UserError("--fit needs a fit file (calibrate runs --out)")
-    use = fit_overrides(argv[at + 1])
+    fit_path = argv[at + 1]
     del argv[at : at + 2]
     first = next((i for i, a in enumerate(argv) if not a.startswith("-") and "=" not in a), -1)
+    use = fit_overrides(fit_path, _run_hardware(argv[first] if first >= 0 else None, argv))
     return argv[: first + 1] + use + argv[first + 1 :]
+
+
+def _run_hardware(path: str | None, argv: Sequence[str]) -> str | None:
+    """The GPU a validated run (or folder of runs: H100) ran on; ``cluster.hardware=`` in ``argv`` wins."""
+    from distsim.calibrate.runs import is_suite
+    from distsim.fidelity.readers import read_run
+
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("cluster.hardware=")]
+    if given:
+        return given[-1]
+    if path is None:
+        return None
+    return "H100" if is_suite(path) else read_run(path).hardware
 
 
 def validate_main(argv: Sequence[str]) -> int:

@@ -45,9 +45,20 @@ def _pct(x: float | None) -> str:
 
 
 def _values(data: dict) -> list[str]:
+    """Each fitted term: start (its prior), fitted, and (a fit with a prior) its prior sd, standard error
+    and whether the runs pinned it."""
     start, fit = data["start"]["values"], data["fit"]["values"]
-    lines = ["| term | start | fitted |", "|---|---:|---:|"]
-    return lines + [f"| `{k}` | {start.get(k, math.nan):.6g} | {v:.6g} |" for k, v in fit.items()]
+    ident = (data.get("identifiability") or {}).get("terms") or {}
+    if not ident:
+        lines = ["| term | start | fitted |", "|---|---:|---:|"]
+        return lines + [f"| `{k}` | {start.get(k, math.nan):.6g} | {v:.6g} |" for k, v in fit.items()]
+    lines = ["| term | start (prior) | fitted | prior sd | standard error | pinned |", "|---|---:|---:|---:|---:|---|"]
+    for k, v in fit.items():
+        i = ident.get(k, {})
+        pinned = "yes" if i.get("pinned") else "no: held at its prior"
+        lines.append(f"| `{k}` | {start.get(k, math.nan):.6g} | {v:.6g} | {i.get('prior_sd', math.nan):.3g} | "
+                     f"{i.get('sd', math.nan):.3g} | {pinned} |")
+    return lines
 
 
 def _runs(data: dict) -> list[str]:
@@ -114,10 +125,11 @@ def render(fit_path: Path, steps_path: Path | None = None, residuals: bool = Fal
         "",
         "Error = (simulated - measured) / measured of each run's whole-run figure; positive = simulator slower.",
         "",
-        "## Serving terms (the GPU terms frozen)",
+        "## Serving terms and GPU terms" + (f" (on {data['hardware']})" if data.get("hardware") else ""),
         "",
         *_values(data),
         "",
+        *(["Warnings:", "", *(f"- {w}" for w in data["warnings"]), ""] if data.get("warnings") else []),
         f"Simulate with: `{' '.join(data.get('use', []))}`" if data.get("use") else "",
         "",
         "## Median absolute error over the runs",

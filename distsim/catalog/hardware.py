@@ -46,6 +46,10 @@ class HardwareSpec:
     host_link_gbps_per_dir: float = 32.0  # GPU <-> host (PCIe) per direction: CPU KV offload transfers
     tdp_w: float | None = None
     aliases: tuple[str, ...] = ()
+    # what this GPU achieves of its datasheet, where a measurement says (``achieved`` in hardware.json,
+    # each with its source): step-model coefficient -> value; a coefficient not named here takes the
+    # step model's shipped value (fitted on the H100 step tables: the datasheet prior)
+    achieved: tuple[tuple[str, float], ...] = ()
 
     @property
     def peak_flops(self) -> float:
@@ -82,6 +86,25 @@ def _positive(value: object, field: str, gpu: str) -> float:
     return value
 
 
+# the step-model coefficients a GPU's ``achieved`` block may set (fractions of its datasheet peaks and
+# its per-layer launch floor; distsim.instance.latency.roofline3)
+ACHIEVED_TERMS = ("memory_efficiency", "compute_efficiency", "attention_efficiency", "layer_overhead_us", "paged_kv_read_factor")
+
+
+def _achieved(entry: dict[str, Any], gpu: str) -> tuple[tuple[str, float], ...]:
+    block = entry.get("achieved", {})
+    if not isinstance(block, dict):
+        raise ValueError(f"{_FILE}: {gpu}.achieved must be an object")
+    out = []
+    for term in sorted(block):
+        if term not in ACHIEVED_TERMS:
+            raise ValueError(f"{_FILE}: {gpu}.achieved.{term} is not one of {', '.join(ACHIEVED_TERMS)}")
+        value = _value(block, term, f"{gpu}.achieved")
+        if value is not None:
+            out.append((term, float(_positive(value, f"achieved.{term}", gpu))))
+    return tuple(out)
+
+
 def _parse(name: str, entry: dict[str, Any]) -> HardwareSpec:
     v = {f: _positive(_value(entry, f, name), f, name) for f in _REQUIRED}
     if not isinstance(v["memory_bytes"], int):
@@ -98,7 +121,7 @@ def _parse(name: str, entry: dict[str, Any]) -> HardwareSpec:
         raise ValueError(f"{_FILE}: {name}.gpus_per_node must be an integer")
     return HardwareSpec(
         name=name, tdp_w=tdp, gpus_per_node=per_node, fp8_tflops=fp8, host_link_gbps_per_dir=host,
-        aliases=tuple(entry.get("aliases", ())), **v,
+        aliases=tuple(entry.get("aliases", ())), achieved=_achieved(entry, name), **v,
     )
 
 

@@ -7,6 +7,10 @@ Clocks: ``arrival_time`` is the client's wall clock; ``queued_ts``, ``scheduled_
 the two on the first request (earliest arrival): its engine ``queued_ts`` is taken to be the instant of
 its arrival. The first request meets an idle engine, so what this misses is its own front-end delay
 (tokenisation, a few milliseconds; later requests' delays, 0-200 ms, stay inside their measured TTFT).
+
+Sampling: LLMServingSim's bench client sends every request ``SamplingParams(temperature=0.0, ...)``
+(bench/core/runner.py, ``_submit_all``), so vLLM samples greedily whatever the model's generation
+defaults say; the run is replayed on the greedy path (``cluster.latency.serving.sampler=greedy``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from distsim.fidelity import settings
 from distsim.fidelity.run import EngineSettings, MeasuredRun, request_table
 from distsim.inputs import excerpt
 
+GREEDY = "greedy"  # the client's temperature 0 (see the module docstring)
 REQUIRED = ("input_toks", "output_toks", "arrival_time", "queued_ts", "first_token_ts", "last_token_ts")
 
 
@@ -200,6 +205,7 @@ def read_bench_run(folder: str | Path) -> MeasuredRun:
         source_format="vllm-bench (LLMServingSim)",
         source_file=folder / "requests.jsonl",
         **load_mode(meta, meta_path),
+        sampler=GREEDY,
     )
 
 

@@ -99,6 +99,8 @@ def run_settings(run: Run, prompts: str = "pool") -> dict[str, Any]:
         values["cluster.model"] = run.model
     if run.hardware:
         values["cluster.hardware"] = run.hardware
+    if run.sampler:
+        values["cluster.latency.serving.sampler"] = run.sampler
     values.update(run.engine.overrides())
     return values
 

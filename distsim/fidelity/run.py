@@ -74,6 +74,9 @@ class MeasuredRun:
     source_file: Path | None = None  # the requests file (provenance: profiles record its hash)
     max_concurrency: int | None = None  # the client's cap on requests out (vllm bench serve --max-concurrency); None: open loop
     request_rate_rps: float | None = None  # with a cap, the rate the client paced its sends at (None or inf: none)
+    # the sampling path the run's client asked for, when its format says (a cluster.latency.serving.sampler
+    # value: "greedy" for a client that sends temperature 0); None: the model's own generation defaults
+    sampler: str | None = None
 
     @property
     def id(self) -> str:

@@ -11,12 +11,15 @@ cancels that shared noise and is far more sensitive than comparing two independe
   than two shared seeds it falls back to Welch's unpaired t-test, and with fewer than two runs per side no
   test is possible. The p-values are Holm-adjusted over the k-1 comparisons, so the chance of wrongly
   calling any configuration worse than the winner stays at alpha.
+- The latency key figures carry the mean of the jobs' 90% prediction intervals (``_pi_low``, ``_pi_high``:
+  summary.json's ``prediction_interval``, the step model's held-out error on that GPU and model family).
 - tied_with_best: the winner itself, and every configuration not significantly worse at alpha (including
   those that cannot be tested): the data cannot tell them apart from the winner.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -153,7 +156,20 @@ def _config_row(config: str, label: str, group: pd.DataFrame, all_rows: pd.DataF
     }
     for key in KEY_FIGURES:
         row[f"{key}_mean"] = float(group[key].mean()) if key in group and len(group) else math.nan
+        band = f"prediction_interval.{key}"  # summary.json's 90% interval of the figure, per job as [low, high]
+        if band in group:
+            low, high = _band_means(group[band])
+            row[f"{key}_pi_low"], row[f"{key}_pi_high"] = low, high
     return row
+
+
+def _band_means(bands: pd.Series) -> tuple[float, float]:
+    """The mean low and high bound of the jobs' intervals (JSON text "[low, high]"); NaN when a job has none
+    (each bound is the figure times a constant, so its mean is the mean figure's bound)."""
+    pairs = [json.loads(b) if isinstance(b, str) else None for b in bands]
+    if not pairs or any(p is None for p in pairs):
+        return math.nan, math.nan
+    return float(np.mean([p[0] for p in pairs])), float(np.mean([p[1] for p in pairs]))
 
 
 def _compare_all(

@@ -131,6 +131,7 @@ class Roofline3Coefficients:
 
 
 DEFAULTS = Roofline3Coefficients()
+FITTED_ON = "H100"  # the GPU whose step tables the GPU terms of DEFAULTS are fitted on
 SERVING_DEFAULTS = ServingSettings()
 # the step-only fit (python -m distsim.calibrate steps ... --fit) with the older roofline's host terms (the
 # "step-only GPU terms" replay of scripts/fidelity_load_slope.py)
@@ -561,11 +562,18 @@ def coefficients_from(cfg: Any, defaults: Roofline3Coefficients = DEFAULTS) -> R
 SAMPLER_TERMS = ("sampler_call_us", "sampler_bytes_per_logit", "sampler_extra_rows")
 
 
+def gpu_defaults(hw: Any) -> Roofline3Coefficients:
+    """The shipped coefficients on GPU ``hw``: :data:`DEFAULTS` with what the catalog says the GPU
+    achieves (hardware.json's ``achieved``, each value with its source) in place of the H100 fit's."""
+    return replace(DEFAULTS, **dict(hw.achieved)) if hw.achieved else DEFAULTS
+
+
 @register_latency_model("roofline3")
 def _build(cfg: Any, ctx: LatencyContext) -> Roofline3Latency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
     serving = settings_from(cfg)
     # the sampling path's measured terms, for those the config leaves null
     path = dict(zip(SAMPLER_TERMS, SAMPLERS[sampler_path(serving.sampler, ctx.model.name)]))
-    defaults = replace(DEFAULTS, **{k: v for k, v in path.items() if cfg is None or cfg.get(k) is None})
+    base = gpu_defaults(ctx.hardware)
+    defaults = replace(base, **{k: v for k, v in path.items() if cfg is None or cfg.get(k) is None})
     return Roofline3Latency(ctx, coefficients_from(cfg, defaults), serving)
