@@ -56,6 +56,7 @@ BAD_OUT = {
     "distsim.calibrate validate": ["validate", FIDELITY_RUN, "--out", "OUT"],
     "distsim.calibrate report": ["report", "FIT", "--out", "OUT/fit.md"],
     "distsim.workload.traces.reuse": None,  # prints two figures, writes no file
+    "distsim.workload.traces.otel": [str(ROOT / "tests" / "fixtures" / "traces" / "otel_genai_agent.jsonl"), "OUT/sessions.csv"],
 }
 
 

@@ -162,7 +162,9 @@ def session_rows(spans: list[Span]) -> list[tuple]:
 
 
 def convert(spans_path: str | Path, out_path: str | Path) -> int:
-    """Write the session trace of ``spans_path`` to ``out_path``; the rows written."""
+    """Write the session trace of ``spans_path`` to ``out_path``; the rows written. The output is checked
+    before the spans are read, so a path that cannot be written is the first thing said."""
+    outputs.prepare_file(out_path)
     rows = session_rows(read_spans(spans_path))
 
     buf = io.StringIO()
