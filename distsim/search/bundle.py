@@ -24,6 +24,10 @@ from distsim.errors import ConfigError
 from distsim.search.space import BUNDLE_PREFIXES, SearchSpace, Value
 
 ADMISSION_KEY = "policy.admission"
+# A derived key: the share of a P/D fleet's instances that prefill. It is not a config key: each family
+# turns it into its own pools' counts (:func:`derive`), so one gene splits any P/D fleet, and a family
+# without P/D pools ignores it.
+PD_SHARE = "bundle.pd_prefill_share"
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,47 @@ class Bundle:
 def split(values: Mapping[str, Value]) -> tuple[dict[str, Value], dict[str, Value]]:
     """A candidate's values as (policy keys, bundle keys)."""
     policy = {k: v for k, v in values.items() if k.startswith("policy.")}
-    return policy, {k: v for k, v in values.items() if k.startswith(BUNDLE_PREFIXES)}
+    return policy, {k: v for k, v in values.items() if not k.startswith("policy.")}
+
+
+def pd_pools(scenario: Sequence[str]) -> tuple[int, int, int, int] | None:
+    """(prefill pool's index, its count, decode pool's index, its count) of the scenario's overrides: the
+    pools of the last ``cluster=NAME`` group (conf/cluster/NAME.yaml) with any ``cluster.pools.N.count``
+    overrides applied; None without a prefill and a decode pool."""
+    group = next((o.split("=", 1)[1] for o in reversed(scenario) if o.startswith("cluster=")), None)
+    if group is None or not (CONF_DIR / "cluster" / f"{group}.yaml").exists():
+        return None
+    pools = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / f"{group}.yaml")).get("pools") or []
+    counts = [int(p.get("count", 1)) for p in pools]
+    for o in scenario:
+        key, _, value = o.partition("=")
+        parts = key.split(".")
+        if len(parts) == 4 and parts[:2] == ["cluster", "pools"] and parts[3] == "count" and parts[2].isdigit():
+            if int(parts[2]) < len(counts):
+                counts[int(parts[2])] = int(value)
+    roles = [p.get("role", "mixed") for p in pools]
+    if roles.count("prefill") != 1 or roles.count("decode") != 1:
+        return None
+    i, j = roles.index("prefill"), roles.index("decode")
+    return i, counts[i], j, counts[j]
+
+
+def derive(scenario: Sequence[str], candidate: Sequence[str]) -> list[str]:
+    """The candidate's overrides for this scenario: :data:`PD_SHARE` becomes the P/D pools' counts (the
+    same instances in all, at least one each), or nothing where the scenario has no P/D pools."""
+    out = []
+    for o in candidate:
+        if not o.startswith(PD_SHARE + "="):
+            out.append(o)
+            continue
+        pools = pd_pools(scenario)
+        if pools is None:
+            continue
+        i, n_prefill, j, n_decode = pools
+        total = n_prefill + n_decode
+        prefill = min(max(round(float(o.split("=", 1)[1]) * total), 1), total - 1)
+        out += [f"cluster.pools.{i}.count={prefill}", f"cluster.pools.{j}.count={total - prefill}"]
+    return out
 
 
 def admission_overrides(name: str) -> list[str]:
@@ -93,10 +137,17 @@ def write_bundle(out: Path, name: str, values: Mapping[str, Value]) -> Path:
     """bundle.txt: the command that runs the evolved bundle in the simulator (its policy file, then the
     bundle's overrides, one per line after the command, for a sweep or a script)."""
     extra = bundle_overrides(values)
+    keys = [o for o in extra if not o.startswith(PD_SHARE + "=")]
+    share = [o.split("=", 1)[1] for o in extra if o.startswith(PD_SHARE + "=")]
+    pd = (
+        f"# On a P/D fleet of N instances, {share[0]} x N of them prefill (at least one of each role): set\n"
+        "# cluster.pools.<i>.count of the prefill and decode pools so (the search does: distsim.search.bundle.derive).\n"
+    ) if share else ""
     text = (
         "# The evolved bundle: run it with\n"
-        f"#   python -m distsim hydra.searchpath=[file://{out.resolve()}] policy={name} {' '.join(extra)}\n"
-        "# Its overrides besides the policy file, one per line:\n"
+        f"#   python -m distsim hydra.searchpath=[file://{out.resolve()}] policy={name} {' '.join(keys)}\n"
+        + pd
+        + "# Its overrides besides the policy file, one per line:\n"
         + "".join(f"{o}\n" for o in extra)
     )
     return outputs.write_text(out / "bundle.txt", text)

@@ -43,6 +43,9 @@ from distsim import outputs
 from distsim.config.compose import CONF_DIR
 from distsim.errors import ConfigError, UserError
 from distsim.search import objectives as objs
+from distsim.search.bundle import grid as bundle_grid
+from distsim.search.bundle import split as split_bundle
+from distsim.search.bundle import write_bundle
 from distsim.search.families import (
     GridRuns,
     Reference,
@@ -58,9 +61,6 @@ from distsim.search.gp_outputs import write_module, write_pareto
 from distsim.search.holdout import compare_on_holdout
 from distsim.search.optimizer import build_optimizer, check_optimizer
 from distsim.search.progress import SearchProgress, resumed_jobs
-from distsim.search.bundle import grid as bundle_grid
-from distsim.search.bundle import split as split_bundle
-from distsim.search.bundle import write_bundle
 from distsim.search.race import RaceSettings, survivors, told
 from distsim.search.space import SearchSpace, Value
 

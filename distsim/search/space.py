@@ -23,7 +23,7 @@ Coordinate = float | int
 # Keys a candidate may set: the policy (its file), and the parts of the control plane around it that a
 # bundle searches (distsim.search.bundle): the engine's scheduling order and limits, the pools' sizes (the
 # prefill:decode split), the autoscaler's thresholds.
-BUNDLE_PREFIXES = ("cluster.engine.", "cluster.pools.", "cluster.autoscale.")
+BUNDLE_PREFIXES = ("cluster.engine.", "cluster.pools.", "cluster.autoscale.", "bundle.")
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class SearchSpace:
                 where = f"{where}.key" if "key" in dict(spec[name] or {}) else where
                 raise ConfigError(
                     where, "only policy.* and the bundle's keys (cluster.engine.*, cluster.pools.*, "
-                    "cluster.autoscale.*) can be searched"
+                    "cluster.autoscale.*, bundle.pd_prefill_share) can be searched"
                 )
             when = _when(raw.pop("when", None), f"{where}.when")
             variable = replace(_variable(key, raw, where), name=str(name), when=when)
