@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from distsim import outputs
 from distsim.config.compose import CONF_DIR
 from distsim.errors import ConfigError
-from distsim.search.space import BUNDLE_PREFIXES, SearchSpace, Value
+from distsim.search.space import SearchSpace, Value
 
 ADMISSION_KEY = "policy.admission"
 # A derived key: the share of a P/D fleet's instances that prefill. It is not a config key: each family
