@@ -34,7 +34,7 @@ from distsim.search.space import SearchSpace
 def search_cfg(*overrides: str):
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("search", overrides=list(overrides))
+        return compose("search_routing", overrides=list(overrides))
 
 
 # --- families ------------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def test_a_family_whose_scenario_is_wrong_is_one_line_naming_it():
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         with pytest.raises(ConfigError) as info:
-            check_scenarios(cfg, [], lambda ovs: compose("search", overrides=ovs))
+            check_scenarios(cfg, [], lambda ovs: compose("search_routing", overrides=ovs))
     assert info.value.key == "search.holdout.sessions" and "rate_rps" in info.value.message
 
 
