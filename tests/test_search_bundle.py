@@ -139,3 +139,45 @@ def test_write_bundle_says_how_to_run_it(tmp_path):
     path = write_bundle(tmp_path, "evolved", {"cluster.engine.scheduler": "shortest_prompt", "policy.routing.load_guard": 3})
     assert "policy=evolved cluster.engine.scheduler=shortest_prompt" in path.read_text()
     assert read_bundle(path) == ["cluster.engine.scheduler=shortest_prompt"]
+
+
+def _default_cfg(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from distsim.config.schema import register_schemas
+
+    register_schemas()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        return compose("search", overrides=list(overrides))
+
+
+def test_the_default_search_races_says_what_runs_at_once_and_leaves_its_best_when_stopped(tmp_path, capsys):
+    """conf/search.yaml (capacity, bundles, a race): the reference, then per generation the race on the first
+    seed with its cheaper overrides and the survivors on every seed; the first line comes before any run;
+    stopped in generation 2, the search has written generation 1's best."""
+    from searchkit import fake_evaluate
+
+    from distsim.search.driver import run_search
+
+    calls: list = []
+    inner = fake_evaluate(calls)
+
+    def evaluate(configs, seeds, sweep):
+        if sweep.name == "gen_001_race":
+            raise KeyboardInterrupt
+        return inner(configs, seeds, sweep)
+
+    cfg = _default_cfg("search.population=4", "search.holdout_seeds=[]")
+    assert cfg.fitness.kind == "capacity" and cfg.fitness.tolerance <= 0.005
+    with pytest.raises(KeyboardInterrupt):
+        run_search(cfg, tmp_path, [], evaluate=evaluate)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("search: training on 4 families x 2 seeds")
+    families = 4
+    assert [c[:3] for c in calls] == [("reference", families, [0, 1]), ("reference_race", families, [0]),
+                                      ("gen_000_race", 4 * families, [0]), ("gen_000", 2 * families, [0, 1])]  # fmt: skip
+    race_configs = inner.configs["gen_000_race"]
+    assert all("fitness.tolerance=0.02" in c for c in race_configs)
+    assert any(line.startswith("search: generation 1/6") for line in out)
+    policy = yaml.safe_load((tmp_path / "policy" / "evolved.yaml").read_text())
+    assert policy["routing"]["kind"] == "weighted" and (tmp_path / "bundle.txt").exists()

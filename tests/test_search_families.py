@@ -10,6 +10,7 @@ import math
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
+from searchkit import fake_evaluate
 
 from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
@@ -259,23 +260,6 @@ def test_the_progress_line_counts_jobs_and_ignores_resumed_ones_for_the_eta():
 
 
 # --- the whole loop, on a fake evaluator ---------------------------------------------------------------
-
-
-def fake_evaluate(calls: list):
-    """Fitness from the config's text alone (deterministic), as the runner's results table."""
-    import zlib
-
-    def evaluate(configs, seeds, sweep_dir):
-        calls.append((sweep_dir.name, len(configs), list(seeds)))
-        rows = []
-        for c in configs:
-            text = " ".join(c)
-            for seed in seeds:
-                f = 0.5 + (zlib.crc32(f"{text} {seed}".encode()) % 1000) / 10_000
-                rows.append({"config": text, "seed": seed, "status": "ok", "fitness": f, "policy": "x"})
-        return pd.DataFrame(rows)
-
-    return evaluate
 
 
 def test_the_loop_runs_every_candidate_on_every_family_and_reports_progress(tmp_path, capsys, monkeypatch):
