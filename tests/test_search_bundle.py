@@ -181,3 +181,12 @@ def test_the_default_search_races_says_what_runs_at_once_and_leaves_its_best_whe
     assert any(line.startswith("search: generation 1/6") for line in out)
     policy = yaml.safe_load((tmp_path / "policy" / "evolved.yaml").read_text())
     assert policy["routing"]["kind"] == "weighted" and (tmp_path / "bundle.txt").exists()
+
+
+def test_the_command_says_what_it_does_before_checking_scenarios_and_starting_ray(tmp_path):
+    from clikit import run_module
+
+    proc = run_module("distsim.search", "+search.train.broken='workload=no_such_workload'", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2
+    assert proc.stdout.splitlines()[0] == "search: checking the scenarios of 5 training and 6 held-out families, then starting Ray"
+    assert "search.train.broken" in proc.stderr and "Traceback" not in proc.stderr
