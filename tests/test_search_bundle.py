@@ -190,3 +190,13 @@ def test_the_command_says_what_it_does_before_checking_scenarios_and_starting_ra
     assert proc.returncode == 2
     assert proc.stdout.splitlines()[0] == "search: checking the scenarios of 5 training and 6 held-out families, then starting Ray"
     assert "search.train.broken" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_raced_generation_costs_its_race_and_its_survivors():
+    from distsim.search.driver import _check, _generations
+
+    cfg = _default_cfg("search.population=8", "search.budget=200")
+    # the race: 8 candidates x 4 families x 1 seed; the survivors: 4 x 4 families x 2 seeds -> 64 a generation
+    assert _generations(cfg.search, 4) == 3
+    with pytest.raises(ConfigError, match="= 64, fewer with a race"):
+        _check(_default_cfg("search.population=8", "search.budget=63"))

@@ -113,11 +113,12 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError("search.train_seeds", "needs at least one seed")
     if s.generations < 1:
         raise ConfigError("search.generations", f"must be >= 1 (got {s.generations})")
-    per_generation = s.population * len(train_families(s)) * len(s.train_seeds)
+    per_generation = _jobs_per_generation(s, RaceSettings.from_node(s.get("race")), len(train_families(s)))
     if s.budget is not None and s.budget < per_generation:
         raise ConfigError(
             "search.budget",
-            f"must allow at least one generation (population x training families x seeds = {per_generation})",
+            f"must allow at least one generation (population x training families x seeds = {per_generation}, "
+            "fewer with a race)",
         )
     overlap = set(s.train_seeds) & set(s.holdout_seeds)
     if overlap:
@@ -329,9 +330,12 @@ def write_best(s: DictConfig, out: Path, table: pd.DataFrame, names: list[str] |
 
 
 def _generations(s: DictConfig, families: int) -> int:
+    """search.generations, or fewer where search.budget (simulations) ends first; a raced generation
+    costs its race and its survivors' full runs (:func:`_jobs_per_generation`)."""
     generations = int(s.generations)
     if s.budget is not None:
-        generations = min(generations, int(s.budget) // (int(s.population) * families * len(s.train_seeds)))
+        per = _jobs_per_generation(s, RaceSettings.from_node(s.get("race")), families)
+        generations = min(generations, int(s.budget) // per)
     return generations
 
 
