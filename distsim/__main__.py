@@ -42,6 +42,7 @@ class RunInterrupted(KeyboardInterrupt):
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from distsim.config.regret import regret_settings
+    from distsim.metrics.fitness import fitness_label
     from distsim.progress import wanted
 
     out_dir = HydraConfig.get().runtime.output_dir
@@ -60,7 +61,7 @@ def main(cfg: DictConfig) -> float | None:
             stage = f"interrupted during the regret replays: the run's outputs are in {out_dir}, without regret.json"
             regret = write_regret(out_dir, scenario, result.requests, replays)
         stage = f"interrupted: the run's outputs are in {out_dir}"
-        _report(result.summary, out_dir, regret)  # a full or closed stdout: an OutputError
+        _report(result.summary, out_dir, regret, fitness_label(cfg.fitness))  # a full or closed stdout: an OutputError
     except UserError as err:
         print(f"distsim: {err}", file=sys.stderr)
         sys.exit(2)
@@ -72,11 +73,11 @@ def main(cfg: DictConfig) -> float | None:
     return result.summary["fitness"]
 
 
-def _report(summary: dict, out_dir: str, regret: dict | None) -> None:
+def _report(summary: dict, out_dir: str, regret: dict | None, fitness: str) -> None:
     """The summary table (and the regret line) on standard output, flushed: a failure is one line here."""
     from distsim.report_table import format_summary
 
-    print(format_summary(summary, out_dir))
+    print(format_summary(summary, out_dir, fitness))
     if regret is not None:
         from distsim.regret.run import regret_line
 

@@ -1,5 +1,5 @@
 """The outer edge every ``python -m distsim...`` command shares: a standard output that cannot be written,
-and Ctrl-C.
+a project error no handler took, and Ctrl-C.
 
 Why: a command's files are its results; what it prints is a report on them. When standard output is a
 full device (``> /dev/full``) or a pipe whose reader has gone (``| head -1``), print() raises OSError at
@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import NoReturn, TextIO
 
-from distsim.errors import OutputError, os_reason
+from distsim.errors import OutputError, UserError, os_reason
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 
@@ -86,8 +86,10 @@ def starting(prog: str) -> Iterator[None]:
 
 
 def run(prog: str, main: Callable[[], int | None]) -> NoReturn:
-    """Run ``main`` (a command's main function) with standard output checked and Ctrl-C as one line, and
-    exit with its status: 2 if standard output failed, 130 if interrupted."""
+    """Run ``main`` (a command's main function) with standard output checked, a project error
+    (:class:`~distsim.errors.UserError`) its own handlers did not take as one line, and Ctrl-C as one line,
+    and exit with its status: 2 if standard output failed or a project error escaped, 130 if interrupted.
+    Every ``python -m distsim...`` entry point runs its main through here (tests/test_entry_points.py)."""
     check_stdout()
     try:
         try:
@@ -95,7 +97,7 @@ def run(prog: str, main: Callable[[], int | None]) -> NoReturn:
         except SystemExit as done:
             code = done.code
         sys.stdout.flush()
-    except StdoutError as err:
+    except UserError as err:  # a standard output that failed (StdoutError), or any project error no handler took
         print(f"{prog}: {err}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt as err:  # one a handler gave a message (RunInterrupted), or a bare Ctrl-C

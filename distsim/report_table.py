@@ -13,7 +13,8 @@ def _fmt(x: float | None, digits: int = 1) -> str:
     return f"{x:,}"
 
 
-def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
+def format_summary(summary: dict[str, Any], out_dir: str | None = None, fitness: str = "fitness") -> str:
+    """The summary table; ``fitness`` names the fitness figure and its unit (metrics.fitness.fitness_label)."""
     r = summary["requests"]
     lines = [
         f"requests  arrived {r['arrived']:,}  completed {r['completed']:,}  rejected {r['rejected']:,}  "
@@ -34,7 +35,7 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
         f"prefix cache hit rate {_fmt(summary['prefix_cache_hit_rate'], 3)}   GPU utilization "
         f"{_fmt(summary['gpu_utilization'], 3)}   Jain fairness {_fmt(summary['jain_fairness'], 3)}",
         f"cost          ${_fmt(summary['cost_usd_per_1k_tokens'], 8)} per 1k tokens (input + output), as in summary.json",
-        f"fitness       {_fmt(summary['fitness'], 4)}",
+        f"fitness       {_fmt(summary['fitness'], 4)}   ({fitness})",
         f"simulated     {_fmt(summary['sim']['simulated_s'], 2)} s in {summary['sim']['events']:,} events (seed {summary['sim']['seed']})",
     ]
     if "capacity" in summary:  # fitness.kind capacity: the rate found by bisection
@@ -51,6 +52,8 @@ def format_summary(summary: dict[str, Any], out_dir: str | None = None) -> str:
 
 
 def _capacity_line(c: dict[str, Any]) -> str:
+    if c.get("not_measured"):
+        return f"capacity      not measured: {c['not_measured']}"
     hi = "none failed" if c["bracket_rps"][1] is None else f"{_fmt(c['bracket_rps'][1], 2)} failed"
     if c.get("at_roofline"):
         hi = "met at the roofline: too few requests to tell"

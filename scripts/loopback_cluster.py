@@ -83,7 +83,7 @@ def start_node(args: list[str], env: dict[str, str], log: Path, cli: list[str]) 
         )  # fmt: skip
 
 
-def wait_started(proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+def wait_started(proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
     """Until the node reports it started (or its `ray start` exits, which is a failure)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -97,7 +97,7 @@ def wait_started(proc: subprocess.Popen, log: Path, timeout: float = 90) -> None
     )
 
 
-def wait_port(port: int, timeout: float = 60) -> None:
+def wait_port(port: int, timeout: float = 300) -> None:
     """Until the head's GCS accepts connections: a second node can join before the head is done."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -108,7 +108,7 @@ def wait_port(port: int, timeout: float = 60) -> None:
     raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
 
 
-def wait_for_nodes(address: str, n: int, env: dict[str, str], timeout: float = 60) -> None:
+def wait_for_nodes(address: str, n: int, env: dict[str, str], timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         out = subprocess.run([RAY, "status", "--address", address], capture_output=True, text=True, env=env)

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGS`` with captured text output."""
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
@@ -21,6 +21,11 @@ def patched(patch: str, module: str, *args: str) -> list[str]:
     code = f"{patch}\nimport runpy, sys\nsys.argv = [{module!r}, *{list(args)!r}]\n"
     code += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
     return [sys.executable, "-c", code]
+
+
+# run first (clikit.patched): says at exit whether ray was imported, i.e. whether Ray's start-up (or its
+# ~20 s of connection retries) could have begun: "fails before Ray" shown without a clock
+SAYS_IF_RAY_IMPORTED = "import atexit, sys\natexit.register(lambda: 'ray' in sys.modules and print('RAY IMPORTED'))\n"
 
 
 def assert_user_error(proc: subprocess.CompletedProcess, status: int, *needles: str) -> str:

@@ -26,3 +26,20 @@ def sweep_on_local_ray(overrides: list[str], out: Path, workers: int = 2) -> Any
 
     with local_ray():
         return sweep(overrides, out, num_workers=workers, progress=False, echo=False)
+
+
+def session_processes(driver_pid: int) -> list[int]:
+    """Live processes whose command line names a Ray session the process ``driver_pid`` started (Ray
+    names its sessions after the driver's pid)."""
+    import os
+
+    tag = f"_{driver_pid}/".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if tag in Path(f"/proc/{name}/cmdline").read_bytes():
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found

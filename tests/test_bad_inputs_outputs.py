@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from clikit import ROOT, assert_user_error, patched, run_module
+from clikit import ROOT, SAYS_IF_RAY_IMPORTED, assert_user_error, patched, run_module
 from raykit import local_ray
 
 from distsim import load_config, outputs, simulate
@@ -64,7 +64,7 @@ _o.write_file = _full
 """
 
 
-def run_patched(patch: str, module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_patched(patch: str, module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(patched(patch, module, *args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
@@ -194,16 +194,15 @@ def test_a_bad_sweep_directory_is_one_line_before_ray_starts(tmp_path, case):
     else:
         sweep_dir.mkdir()
         patch = read_only(sweep_dir)
-    t0 = time.perf_counter()
-    proc = run_patched(patch, "distsim", "-m", *SMALL, "seed=0,1", *RUNNER, f"hydra.sweep.dir={sweep_dir}")
+    proc = run_patched(SAYS_IF_RAY_IMPORTED + patch, "distsim", "-m", *SMALL, "seed=0,1", *RUNNER, f"hydra.sweep.dir={sweep_dir}")
     assert_user_error(proc, 2, str(sweep_dir))
-    assert time.perf_counter() - t0 < 30 and "Ray workers" not in proc.stderr
+    assert "RAY IMPORTED" not in proc.stdout and "Ray workers" not in proc.stderr  # before Ray, not "within 30 s"
 
 
 def test_a_sweep_that_fills_the_disk_keeps_its_jobs_and_resumes(ray_session, tmp_path):
     sweep_dir = tmp_path / "sweep"
     args = ["-m", *SMALL, "seed=0,1", *RUNNER, f"hydra.sweep.dir={sweep_dir}"]
-    proc = run_patched(full_disk("results.parquet"), "distsim", *args, timeout=180)
+    proc = run_patched(full_disk("results.parquet"), "distsim", *args, timeout=600)
     assert_user_error(proc, 2, str(sweep_dir / "results.parquet"), "No space left on device")
     assert not (sweep_dir / "results.parquet").exists() and no_temporary_files(sweep_dir)
     assert all((sweep_dir / str(i) / "result.json").exists() for i in (0, 1))
@@ -344,7 +343,7 @@ def test_ctrl_c_writes_the_finished_jobs_and_exits_130(tmp_path):
         time.sleep(0.05)
     assert flag.exists(), "the driver never received a row"
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=600)  # a bound on waiting for a stuck driver, not a check
     done = assert_user_error(subprocess.CompletedProcess([], proc.returncode, out, err), 130, "interrupted")
     results = pd.read_parquet(sweep_dir / "results.parquet")
     assert 1 <= len(results) < 6 and (results["status"] == "ok").all()
@@ -356,10 +355,11 @@ def test_ctrl_c_writes_the_finished_jobs_and_exits_130(tmp_path):
 
 
 def test_an_unreachable_cluster_fails_at_once_naming_runner_address(tmp_path):
-    t0 = time.perf_counter()
-    proc = run_module("distsim", "-m", *SMALL, "seed=0,1", "runner.address=127.0.0.1:1", f"hydra.sweep.dir={tmp_path / 's'}")
+    proc = run_patched(SAYS_IF_RAY_IMPORTED, "distsim", "-m", *SMALL, "seed=0,1", "runner.address=127.0.0.1:1",
+                       f"hydra.sweep.dir={tmp_path / 's'}")  # fmt: skip
     assert_user_error(proc, 2, "runner.address", "127.0.0.1:1")
-    assert time.perf_counter() - t0 < 15 and not (tmp_path / "s" / "sweep_id.json").exists()
+    assert "RAY IMPORTED" not in proc.stdout  # the TCP probe answered, not Ray's ~20 s of retries
+    assert not (tmp_path / "s" / "sweep_id.json").exists()
 
 
 def test_a_cluster_ray_cannot_join_is_a_config_error(monkeypatch):

@@ -101,13 +101,17 @@ def test_runs_and_validate_on_a_folder_of_runs(tmp_path, capsys):
         (["report", "nowhere.json"], "nowhere.json: cannot read a serving fit"),
         (["validate", "RUN", "--fit", "nowhere.json"], "--fit nowhere.json: not a fit written by calibrate runs"),
         (["report", "FIT", "--residuals"], "--residuals needs a fit on a folder of runs"),
+        (["report", "CUT"], "not a serving fit (calibrate runs) (no 'start.values')"),  # before: a KeyError traceback
     ],
 )
 def test_a_users_mistake_is_one_line_and_exit_2(argv, words, run, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fit = tmp_path / "fit.json"
-    fit.write_text(json.dumps({"command": "c", "start": {}, "fit": {"runs": {}}, "data": [str(run)]}))
-    argv = [{"RUN": str(run), "FIT": str(fit)}.get(a, a) for a in argv]
+    part = {"values": {}, "runs": {}, "medians": {}}
+    fit.write_text(json.dumps({"command": "c", "start": part, "fit": part, "data": [str(run)]}))
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps({"command": "c", "start": {}, "fit": {"runs": {}}, "data": [str(run)]}))
+    argv = [{"RUN": str(run), "FIT": str(fit), "CUT": str(cut)}.get(a, a) for a in argv]
     assert main(argv) == 2
     assert words in one_line_error(capsys)
 
@@ -119,3 +123,17 @@ def test_the_command_runs_as_a_module(tmp_path):
     assert helped.returncode == 0 and "fit serving terms on runs" in helped.stdout
     bare = run()
     assert bare.returncode == 2 and bare.stderr.count("\n") == 1 and "give a stage first" in bare.stderr
+
+
+@pytest.mark.skipif(not SUITE.is_dir(), reason=f"{SUITE} is absent")
+@pytest.mark.parametrize("stage", ["runs", "residuals", "validate"])
+@pytest.mark.parametrize("ids", ["nosuchrun", "nosuchrun,67", " , "])
+def test_every_stage_checks_runs_the_same_way(stage, ids, tmp_path, capsys):
+    """Before: ``residuals --runs nosuchrun`` exit 0 with an empty table (``nosuchrun,67``: run 67 only)."""
+    extra = {"runs": ["--workers", "1", "--out", str(tmp_path / "fit.json")], "residuals": [],
+             "validate": ["--out", str(tmp_path / "v")]}[stage]  # fmt: skip
+    assert main([stage, str(SUITE), "--runs", ids, "workload.num_requests=50", *extra]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("distsim.calibrate: --runs: ")
+    assert (f"no run nosuchrun in {SUITE}" if "nosuchrun" in ids else "no run id given") in line
+    assert not (tmp_path / "fit.json").exists() and not (tmp_path / "v" / "suite.csv").exists()

@@ -3,6 +3,8 @@ settings with one line."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from clikit import assert_user_error, run_module
 
@@ -128,3 +130,17 @@ def test_the_miss_count_agrees_with_the_request_table():
     table = simulate(cfg, probe=probe).requests
     assert 0 < table["met_slo"].sum() < len(table)
     assert probe.met == dict(zip(table["request_id"].tolist(), table["met_slo"].tolist()))
+
+
+def test_capacity_with_nothing_measured_is_null_with_its_reason(tmp_path):
+    """A measurement window no trial can fill (it scales with the arrivals) measures no request at any
+    load: the capacity and the fitness are null with the reason, never 0.0, and no trial runs for it."""
+    proc = run_module("distsim", "fitness=capacity", "sim.warmup_s=100000", "workload.num_requests=200",
+                      "sim.progress=false", f"hydra.run.dir={tmp_path}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    cap = summary["capacity"]
+    assert cap["requests_per_s"] is None and summary["fitness"] is None
+    assert cap["bracket_rps"] == [None, None] and cap["runs"] == 1 and not cap["converged"]
+    assert "measurement window" in cap["not_measured"]
+    assert "capacity      not measured: no request arrived in the measurement window" in proc.stdout

@@ -18,7 +18,7 @@ SMALL = ["workload.num_requests=300", "workload.arrival.rate_rps=30", "cluster.i
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "distsim", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "distsim", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,24 @@ def test_single_run_writes_the_outputs_and_prints_a_table(two_runs):
         assert col in req.columns, col
     inst = pd.read_parquet(out / "instances.parquet")
     assert len(inst) == 2 and {"busy_ms", "steps", "peak_kv_blocks", "preemptions"} <= set(inst.columns)
+
+
+def test_the_printed_fitness_names_its_kind_and_unit(two_runs):
+    """Before: ``fitness       4.3712``, no name or unit."""
+    _, proc = two_runs[0]
+    fitness = json.loads((two_runs[0][0] / "summary.json").read_text())["fitness"]
+    assert f"fitness       {fitness:,.4f}   (goodput per GPU, req/s)" in proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "label"),
+    [(["fitness.per=none"], "goodput, req/s"), (["fitness.per=dollar"], "goodput per dollar per hour, req/s per $/h"),
+     (["fitness=capacity"], "capacity per GPU, req/s"), (["fitness=tail_latency"], "weighted score of ttft_p99_ms, tpot_p99_ms, 0 to 1")],
+)  # fmt: skip
+def test_every_fitness_kind_has_a_name_and_unit(overrides, label):
+    from distsim.metrics.fitness import fitness_label
+
+    assert fitness_label(load_config(overrides).fitness) == label
 
 
 def test_same_config_and_seed_give_byte_identical_outputs(two_runs):

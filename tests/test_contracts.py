@@ -32,6 +32,7 @@ LIBRARY: dict[tuple[str, str], str] = {
     ("distsim/run_dir.py", "hydra._internal"): "Hydra's own command-line parser: the run directory it will make",
     ("distsim/runner/local_ray.py", "ray._private"): "Ray's single-machine switch, for a ray imported earlier",
     ("distsim/runner/local_ray.py", "ray._raylet"): "Ray re-reads its token settings (as ray.init does)",
+    ("distsim/runner/startup.py", "ray._private"): "Ray's fixed 30 s raylet registration wait and GCS port wait, bounded by runner.start_timeout_s",
     ("distsim/runner/faults.py", "_exit"): "os._exit is public: a worker dies as a crashed one would",
     ("distsim/regret/fork.py", "_exit"): "os._exit is public: a forked child leaves without the parent's atexit",
     **{("distsim/provenance.py", n): OMEGACONF_NODES for n in ("_set_flag", "_get_node_flag", "_get_node", "_is_none",

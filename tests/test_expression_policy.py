@@ -86,7 +86,7 @@ def test_the_cli_exits_2_on_a_bad_expression(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "distsim", "policy=expression", "policy.routing.expression='running +'",
          f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("distsim: config error: policy.routing.expression: ")

@@ -66,6 +66,13 @@ def sockets_of(pid: int, listening: dict[str, str]) -> list[str]:
     return [listening[i] for i in inodes if i in listening]
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def command(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:100]
@@ -84,7 +91,7 @@ def killed_sweep(tmp_path_factory):
             [sys.executable, "-m", "distsim", "-m", *args, "runner.progress=false", f"hydra.sweep.dir={out / 's'}"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=fh,
         )  # fmt: skip
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 600  # a bound on waiting for Ray on a loaded machine, not a check of speed
     while driver.poll() is None:  # until both workers run (every Ray process has started by then)
         assert time.monotonic() < deadline, "the workers did not start"
         procs = descendants(driver.pid)
@@ -96,19 +103,17 @@ def killed_sweep(tmp_path_factory):
     listening = _listening()
     procs = descendants(driver.pid)
     seen = {pid: (command(pid), sockets_of(pid, listening)) for pid in procs}
+    guards = [pid for pid in procs if b"runner/guard.py" in _cmdline(pid)]
     driver.send_signal(signal.SIGKILL)
     driver.wait()
-    t0 = time.monotonic()
-    left = dict(procs)
-    while left and time.monotonic() - t0 < 20:
+    # what is left once the guard has done its work: counted, not timed (Ray's agents would linger a
+    # minute on their own, so a clock bound could not tell "killed" from "exited late" on a busy machine)
+    deadline = time.monotonic() + 600
+    while any(_stat(pid) for pid in guards) and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = {pid: start for pid, start in left.items() if (_stat(pid) or (0, ""))[1] == start}
-    return {
-        "seen": seen,
-        "left": {pid: seen[pid][0] for pid in left},
-        "gone_after_s": time.monotonic() - t0,
-        "stderr": err.read_text(),
-    }
+    alive = lambda pid, start: (_stat(pid) or (0, ""))[1] == start  # noqa: E731
+    left = {pid: start for pid, start in procs.items() if alive(pid, start) and pid not in guards}
+    return {"seen": seen, "guards": guards, "left": {pid: seen[pid][0] for pid in left}, "stderr": err.read_text()}
 
 
 def test_every_ray_server_listens_on_loopback_only(killed_sweep):
@@ -129,8 +134,8 @@ def test_no_token_warning_and_no_dashboard_ui(killed_sweep):
 
 def test_kill_9_of_the_driver_leaves_no_ray_process(killed_sweep):
     assert len(killed_sweep["seen"]) >= 8
+    assert len(killed_sweep["guards"]) == 1
     assert not killed_sweep["left"], killed_sweep["left"]  # before: both agents for about a minute
-    assert killed_sweep["gone_after_s"] < 15
 
 
 def test_a_bad_search_setting_is_refused_before_ray_starts(tmp_path):
@@ -138,7 +143,7 @@ def test_a_bad_search_setting_is_refused_before_ray_starts(tmp_path):
     said = "import atexit, sys\natexit.register(lambda: 'ray' in sys.modules and print('RAY IMPORTED'))\n"
     code = f"{said}import runpy\nsys.argv = ['distsim.search', 'search.generations=0', 'hydra.run.dir={tmp_path}']\n"
     code += "runpy.run_module('distsim.search', run_name='__main__')\n"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     line = assert_user_error(proc, 2, "search.generations", "must be >= 1")
     assert line.startswith("distsim.search: ") and "RAY IMPORTED" not in proc.stdout
 

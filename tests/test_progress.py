@@ -101,7 +101,7 @@ def _cli(tmp_path, *overrides: str, terminal: bool = False) -> str:
     """Run the CLI with progress drawn at once; its stderr, a pipe or (``terminal``) a pseudo-terminal."""
     argv = [sys.executable, "-c", CLI, *SMALL, f"hydra.run.dir={tmp_path}", *overrides]
     if not terminal:
-        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
         return proc.stderr
     master, slave = os.openpty()
@@ -119,7 +119,7 @@ def _cli(tmp_path, *overrides: str, terminal: bool = False) -> str:
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=slave, timeout=120)
+    proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=slave, timeout=600)
     os.close(slave)
     reader.join(timeout=10)
     os.close(master)

@@ -4,7 +4,6 @@ policy's own parameters come from its Params dataclass, not from a schema edit."
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 
@@ -37,11 +36,9 @@ def test_a_bad_value_in_any_section_fails_before_the_first_event(monkeypatch, ov
         raise AssertionError("the simulation started")
 
     monkeypatch.setattr(EventLoop, "run", no_events)
-    t0 = time.perf_counter()
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigError) as err:  # the event loop never runs: no clock needed to show it
         simulate(load_config([*BIG, override]))
     assert err.value.key == key
-    assert time.perf_counter() - t0 < 5.0
 
 
 def test_the_weighted_fitness_is_checked_up_front():

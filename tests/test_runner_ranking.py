@@ -126,3 +126,19 @@ def test_ranking_does_not_depend_on_row_order(values, rnd):
 def test_labels_strip_what_all_configs_share():
     assert labels(["a=1 b=2", "a=1 b=3"]) == {"a=1 b=2": "b=2", "a=1 b=3": "b=3"}
     assert labels([""]) == {"": "(defaults)"}
+
+
+def test_a_configuration_with_an_unmeasured_fitness_is_not_ranked_and_is_named():
+    """A capacity run that measured nothing has a null fitness (not 0.0); its configuration gets no rank,
+    no mean over its other seeds, and the printed table says which one and why."""
+    table = results({"a": [1.0, 1.1, 0.9], "b": [5.0, math.nan, 5.2], "c": [0.5, 0.6, 0.4]})
+    table["capacity.not_measured"] = None
+    table.loc[4, "capacity.not_measured"] = "no request arrived in the measurement window"
+    ranked = rank_configs(table).set_index("policy")
+    assert pd.isna(ranked.loc["b", "rank"]) and math.isnan(ranked.loc["b", "fitness_mean"])
+    assert ranked.loc["b", "n"] == 0 and not ranked.loc["b", "tied_with_best"]
+    assert ranked.loc["a", "rank"] == 1 and ranked.loc["c", "rank"] == 2  # b's 5.0 and 5.2 would have won
+    assert ranked.loc["b", "not_ranked"] == "fitness not measured in 1 of 3 jobs: no request arrived in the measurement window"
+    assert pd.isna(ranked.loc["a", "not_ranked"])
+    text = format_ranking(rank_configs(table))
+    assert "not ranked: policy=b: fitness not measured in 1 of 3 jobs" in text

@@ -120,7 +120,7 @@ def test_emitted_policy_runs_with_the_cli_and_holdout_ranks_it(ray_session, tmp_
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "run" / "summary.json").exists()

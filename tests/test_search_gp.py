@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from deap import gp
 from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from workkit import call_budget
 
 from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
@@ -183,9 +183,9 @@ def test_bad_gp_settings_name_the_key(override, key):
 def test_the_largest_allowed_trees_make_a_first_generation_in_seconds():
     settings = GPSettings(max_height=MAX_HEIGHT, max_size=MAX_SIZE, init_min_height=MAX_INIT_HEIGHT,
                           init_max_height=MAX_INIT_HEIGHT)
-    started = time.perf_counter()
-    asked = GPOptimizer(16, 0, settings).ask()
-    assert time.perf_counter() - started < 10 and asked
+    with call_budget(2_000_000):  # work, not seconds (a clock bound fails under load): about 200,000 calls
+        asked = GPOptimizer(16, 0, settings).ask()
+    assert asked
     for _, point in asked:  # every emitted tree reads back within the parser's nesting limit
         assert parse(point[EXPRESSION_KEY]).height <= MAX_HEIGHT
 
@@ -194,7 +194,7 @@ def test_unbounded_tree_heights_are_one_config_line_at_once():
     proc = subprocess.run(
         [sys.executable, "-m", "distsim.search", "search.algorithm=gp", "search.gp.init_min_height=25",
          "search.gp.init_max_height=25", "search.gp.max_height=25"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
     assert "search.gp.max_height: must be in [1, 17] (got 25)" in proc.stderr
@@ -257,7 +257,7 @@ def test_tiny_gp_search_is_deterministic_resumes_and_writes_a_runnable_policy(ra
     proc = subprocess.run(
         [sys.executable, "-m", "distsim", f"hydra.searchpath=[file://{out}]", "policy=evolved", *SMALL,
          f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "run" / "summary.json").exists()

@@ -65,7 +65,7 @@ def test_the_mode_compose_is_skipped_only_when_the_command_line_leaves_the_mode_
 def _imported(code: str) -> set[str]:
     proc = subprocess.run(
         [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     return set(proc.stdout.split())

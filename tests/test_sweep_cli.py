@@ -11,7 +11,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "distsim", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
@@ -56,7 +56,7 @@ def test_the_multirun_ranks_policies_with_confidence_intervals(tmp_path):
 
 def test_a_bad_sweep_value_is_one_line_before_any_job_runs(tmp_path):
     proc = cli(
-        "-m", "policy=round_robin,no_such_policy", "seed=0,1", f"hydra.sweep.dir={tmp_path}", timeout=60
+        "-m", "policy=round_robin,no_such_policy", "seed=0,1", f"hydra.sweep.dir={tmp_path}", timeout=600
     )
     assert proc.returncode == 2
     assert "no_such_policy" in proc.stderr and "Traceback" not in proc.stderr

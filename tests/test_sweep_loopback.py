@@ -14,7 +14,7 @@ def test_two_node_loopback_cluster_runs_a_submitted_sweep(tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.run(
         [sys.executable, "scripts/loopback_cluster.py", "--sweep-dir", str(sweep_dir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=150,
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "OK: both nodes ran jobs" in proc.stdout

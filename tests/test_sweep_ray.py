@@ -221,3 +221,13 @@ def test_the_report_draws_fitness_cdfs_and_the_swept_parameter(grid):
     assert any("workload.arrival.rate_rps" in n for n in names)
     text = (out / "report" / "report.md").read_text()
     assert "round_robin" in text and "fitness.png" in text and "95%" in text
+
+
+@pytest.mark.parametrize("niceness", [0, 3])
+def test_workers_run_at_the_drivers_priority_unless_told_otherwise(ray_session, tmp_path, niceness):
+    """Ray's own default starts its workers 15 nice levels down: on a shared machine the jobs starved."""
+    import os
+
+    outcome = sweep([*SMALL, "seed=0,1"], tmp_path, num_workers=2, worker_niceness=niceness, progress=False, echo=False)
+    assert outcome.ok == 2
+    assert outcome.results["run.niceness"].tolist() == [min(os.nice(0) + niceness, 19)] * 2

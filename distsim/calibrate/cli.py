@@ -146,9 +146,10 @@ def report_main(argv: Sequence[str]) -> int:
     p.add_argument("--out", help="write the page here (default: print it)")
     ns = p.parse_args(argv)
     try:
+        out = outputs.prepare_file(ns.out) if ns.out else None  # a bad --out fails before the replays
         page = render(Path(ns.fit), Path(ns.steps) if ns.steps else None, ns.residuals)
-        if ns.out:
-            outputs.write_text(outputs.prepare_file(ns.out), page)
+        if out is not None:
+            outputs.write_text(out, page)
     except UserError as err:
         print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2

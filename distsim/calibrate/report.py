@@ -31,6 +31,15 @@ def _read(path: Path, what: str, keys: tuple[str, ...]) -> dict:
     return data
 
 
+def _check_parts(path: Path, data: dict, what: str) -> None:
+    """The start's and the fit's values, runs and medians, each a mapping: a fit file cut short or
+    edited is one line naming what it lacks, not a KeyError."""
+    for part in ("start", "fit"):
+        for key in ("values", "runs", "medians"):
+            if not isinstance(data[part], dict) or not isinstance(data[part].get(key), dict):
+                raise UserError(f"{path}: not {what} (no '{part}.{key}')")
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:+.1f}%"
 
@@ -94,7 +103,9 @@ def residual_section(data: dict) -> list[str]:
 def render(fit_path: Path, steps_path: Path | None = None, residuals: bool = False) -> str:
     """The Markdown page of the fit at ``fit_path`` (and the step fit at ``steps_path``; the residuals of
     every run when ``residuals``)."""
-    data = _read(fit_path, "a serving fit (calibrate runs)", ("start", "fit", "command"))
+    what = "a serving fit (calibrate runs)"
+    data = _read(fit_path, what, ("start", "fit", "command"))
+    _check_parts(fit_path, data, what)
     split = residual_section(data) if residuals else []
     parts = [
         f"# Calibration: {fit_path.name}",

@@ -30,3 +30,9 @@ class RunnerConfig:
     # a sweep directory holding a different sweep: false refuses it; true deletes that sweep's job
     # directories and tables first (a directory holding the same sweep is resumed either way)
     overwrite: bool = False
+    # seconds Ray may take to start (or to be joined) before the start is tried once more and then fails with
+    # one line: Ray's own raylet registration wait is a fixed 30 s, too short on a busy machine
+    start_timeout_s: float = 120.0
+    # nice levels Ray adds to its workers over the raylet's (a local Ray's raylet runs at the driver's
+    # priority); Ray's own default, 15, starves a sweep's jobs beside anything at normal priority
+    worker_niceness: int = 0

@@ -24,7 +24,7 @@ import pandas as pd
 from distsim import outputs
 from distsim.errors import UserError
 from distsim.fidelity.metrics import WHOLE_RUN, stage_metrics
-from distsim.fidelity.suite.data import read_suite
+from distsim.fidelity.suite.data import parse_ids, read_suite
 from distsim.fidelity.suite.replay import suite_config
 from distsim.metrics.tables import SERVING_COLUMNS
 from distsim.simulate import simulate
@@ -35,12 +35,11 @@ COLUMNS = ["run", "model", "tp", "itl_measured", "itl_simulated", *(f"itl_{p}" f
 
 
 def decompose(folder: str, overrides: Sequence[str] = (), run_ids: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per run: measured and simulated means (ms) and the simulated parts (module docstring)."""
+    """One row per run of ``run_ids`` (None: all; an id the folder lacks is a UserError, as in every
+    stage: Suite.select): measured and simulated means (ms) and the simulated parts (module docstring)."""
     suite = read_suite(folder)
     rows = []
-    for run in suite.runs:
-        if run_ids and run.id not in run_ids:
-            continue
+    for run in suite.select(run_ids):
         measured = suite.measured_for(run)
         whole = measured[measured["stage_index"] == WHOLE_RUN].drop_duplicates("metric_name").set_index("metric_name")["actual"]
         if "itl_mean" not in whole:
@@ -93,15 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*")
     p.add_argument("--runs", default=None, help="comma-separated run ids (default: every run)")
     p.add_argument("--out", default=None, help="write the markdown table here")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # overrides before or after the options, as in the other stages
     try:
         if args.out:
             outputs.prepare_file(args.out)  # a bad --out fails before the replays, not after them
-        text = markdown(decompose(args.folder, args.overrides, args.runs.split(",") if args.runs else None))
+        text = markdown(decompose(args.folder, args.overrides, parse_ids(args.runs)))
         if args.out:
             outputs.write_text(args.out, text + "\n")
     except UserError as err:
-        print(f"distsim: {err}", file=sys.stderr)
+        print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2
     print(text)
     return 0

@@ -237,6 +237,8 @@ def capacity(scenario: Scenario, base_summary: dict[str, Any], run_trial: RunTri
     cfg = scenario.fitness
     requests = materialise(scenario)
     rate0 = offered_rps(requests)
+    if base_summary["goodput"]["slo_attainment"] is None:  # the window scales with the arrivals: no trial could
+        return not_measured(cfg.share, rate0, roofline_rps(scenario, requests))
     stopped = 0
 
     def attainment(summary: dict[str, Any]) -> float:
@@ -269,3 +271,17 @@ def capacity(scenario: Scenario, base_summary: dict[str, Any], run_trial: RunTri
         "runs": runs + 1,
         "stopped_early": stopped,
     }
+
+
+NOT_MEASURED = "no request arrived in the measurement window (sim.warmup_s, sim.measure_s), at any load"
+
+
+def not_measured(share: float, rate0: float, roof: float) -> dict[str, Any]:
+    """The ``capacity`` section of a run that measured no request: the window scales with each trial's
+    arrivals, so no trial would measure one either. The capacity is null with the reason, never 0.0 (a
+    rate nothing was measured at), and no trial runs."""
+    return {
+        "requests_per_s": None, "share": share, "attainment_at_capacity": None, "bracket_rps": [None, None],
+        "converged": False, "at_roofline": False, "offered_rps": rnd(rate0), "roofline_rps": rnd(roof),
+        "runs": 1, "stopped_early": 0, "not_measured": NOT_MEASURED,
+    }  # fmt: skip

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from distsim.metrics.settings import FitnessSettings
 
 # forms live in this module; naming it keeps discovery uniform across families
-FITNESS: Registry[Callable[[dict[str, Any], FitnessSettings], float]] = Registry("fitness form", "fitness.kind", __name__)
+FITNESS: Registry[Callable[[dict[str, Any], FitnessSettings], float | None]] = Registry("fitness form", "fitness.kind", __name__)
 PER = ("gpu", "dollar", "none")
 
 
@@ -41,8 +41,10 @@ def goodput_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
 
 
 @FITNESS.register("capacity")
-def capacity_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
-    return _divided(summary, summary["capacity"]["requests_per_s"] or 0.0, cfg.per)
+def capacity_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float | None:
+    """Null when no capacity was measured (summary.json's capacity.not_measured says why): never 0.0."""
+    rps = summary["capacity"]["requests_per_s"]
+    return None if rps is None else _divided(summary, rps, cfg.per)
 
 
 def _divided(summary: dict[str, Any], rps: float, per: str) -> float:
@@ -124,6 +126,20 @@ def weighted_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float:
             score = ref / (ref + x)
         total += w * score
     return total / sum(weights.values())
+
+
+_PER_LABEL = {"gpu": ("per GPU", "req/s"), "dollar": ("per dollar per hour", "req/s per $/h"), "none": ("", "req/s")}
+
+
+def fitness_label(cfg: FitnessSettings) -> str:
+    """What the fitness figure is and its unit, as the printed summary names it: "goodput per GPU, req/s"."""
+    if cfg.kind in ("goodput", "capacity"):
+        per, unit = _PER_LABEL.get(cfg.per, (f"per {cfg.per}", "req/s"))
+        return f"{cfg.kind} {per}".strip() + f", {unit}"
+    if cfg.kind == "weighted":
+        weighed = [name for name, w in dict(cfg.weights or DEFAULT_WEIGHTS).items() if w]
+        return "weighted score of " + ", ".join(weighed) + ", 0 to 1"
+    return cfg.kind
 
 
 def compute_fitness(summary: dict[str, Any], cfg: FitnessSettings) -> float | None:

@@ -22,11 +22,11 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from distsim import outputs
-from distsim.errors import UserError
+from distsim.errors import OutputError, UserError
 from distsim.runner import faults, store
 from distsim.runner.overrides import texts
 from distsim.runner.plan import Job
-from distsim.runner.rows import RUN_PREFIX, base_row, failed_row, flatten
+from distsim.runner.rows import OUTPUT_FAILED, RUN_PREFIX, base_row, failed_row, flatten
 from distsim.simulate import simulate
 
 
@@ -50,6 +50,7 @@ def _run_info(t0: float) -> dict[str, Any]:
         RUN_PREFIX + "wall_s": round(time.perf_counter() - t0, 4),
         RUN_PREFIX + "host": socket.gethostname(),
         RUN_PREFIX + "pid": os.getpid(),
+        RUN_PREFIX + "niceness": os.nice(0),  # the worker's priority (runner.worker_niceness)
     }
 
 
@@ -60,8 +61,13 @@ def execute(
 
     ``run_info`` adds ``run.*`` fields (e.g. the Ray node) to the row."""
     t0 = time.perf_counter()
-    out = outputs.prepare_dir(store.job_dir(sweep_dir, job.index))
-    outputs.remove([out / store.RESULT_FILE, out / "error.txt"])  # a stale marker must not outlive a rerun
+    try:
+        out = outputs.prepare_dir(store.job_dir(sweep_dir, job.index))
+        outputs.remove([out / store.RESULT_FILE, out / "error.txt"])  # a stale marker must not outlive a rerun
+    except OutputError as err:  # the job's folder or marker cannot be used (a folder named result.json): one line
+        row = failed_row(job, str(err), OUTPUT_FAILED)
+        row.update(_run_info(t0))
+        return {**row, **(run_info or {})}
     policy = seed = None
     try:
         cfg = derive_config(config_bytes, job)
@@ -72,9 +78,12 @@ def execute(
         _record_config(out, cfg, job)
         faults.inject(job.index)
         result = simulate(cfg)
-        result.write(out, write_requests=bool(cfg.sim.write_requests))
+        with faults.full_disk(job.index):
+            result.write(out, write_requests=bool(cfg.sim.write_requests))
         row = base_row(job, policy=policy, seed=seed)
         row.update(flatten(result.summary))
+    except OutputError as err:  # the machine's (a full disk), not the config's: a search must not score it
+        row = failed_row(job, str(err), OUTPUT_FAILED, policy=policy, seed=seed)
     except UserError as err:
         row = failed_row(job, str(err), "user", policy=policy, seed=seed)
     except Exception as err:  # a bug in the simulator: record it, keep the sweep going

@@ -34,7 +34,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from distsim.runner import startup
+
 SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+START_TIMEOUT_S = 120.0  # runner.start_timeout_s's default
 _TOKEN = secrets.token_hex(32)  # one per process: Ray caches the token a driver first used
 
 
@@ -139,8 +142,16 @@ class LocalRay:
         self.guard = None
 
 
-def start(num_cpus: int | None = None, runtime_env: dict[str, Any] | None = None) -> LocalRay:
-    """``ray.init(address="local")`` on 127.0.0.1, without dashboard, warning or leftovers."""
+def start(
+    num_cpus: int | None = None, runtime_env: dict[str, Any] | None = None, start_timeout_s: float = START_TIMEOUT_S
+) -> LocalRay:
+    """``ray.init(address="local")`` on 127.0.0.1, without dashboard, warning or leftovers; a start that
+    runs past ``start_timeout_s`` (runner.start_timeout_s) is cleaned up and tried once more, then raises
+    distsim.runner.startup.RayStartError (one line)."""
+    return startup.with_one_retry(lambda: _start_once(num_cpus, runtime_env), start_timeout_s)
+
+
+def _start_once(num_cpus: int | None, runtime_env: dict[str, Any] | None) -> LocalRay:
     env = loopback_env()
     restore = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # before ray is imported where it is not yet: Ray reads them at import
@@ -155,7 +166,7 @@ def start(num_cpus: int | None = None, runtime_env: dict[str, Any] | None = None
                 log_to_driver=False, logging_level=logging.WARNING, configure_logging=True,
             )  # fmt: skip
     except BaseException:
-        local.stop()
+        local.stop()  # the guard kills what the failed start left (its sessions are named after our pid)
         raise
     finally:  # Ray's processes have it now; a Ray this process joins later must not
         _restore({SINGLE_MACHINE_ENV: restore[SINGLE_MACHINE_ENV]})

@@ -26,6 +26,7 @@ import pandas as pd
 from scipy import stats
 
 METRIC = "fitness"
+NOT_MEASURED = "capacity.not_measured"  # results.parquet's column: why a capacity run has no fitness
 KEY_FIGURES = ("ttft_ms.p99", "tpot_ms.p99", "e2e_ms.p99", "goodput.requests_per_s", "goodput.slo_attainment")
 
 
@@ -115,6 +116,22 @@ def labels(configs: list[str], parts: Parts | None = None) -> dict[str, str]:
     return {c: (" ".join(o for o in split[c] if o not in shared) or "(defaults)") for c in configs}
 
 
+def not_measured(results: pd.DataFrame) -> dict[str, str]:
+    """The configurations with a job that ran but measured no fitness (a capacity with no request in the
+    measurement window), with why: a mean over the other seeds would compare a different set of seeds, and
+    a null is not a zero, so such a configuration is not ranked at all."""
+    if not len(results):
+        return {}
+    blank = results[(results["status"] == "ok") & results[METRIC].isna()]
+    why = results.get(NOT_MEASURED, pd.Series(index=results.index, dtype=object))
+    out = {}
+    for config, group in blank.groupby("config", sort=True):
+        reasons = sorted({str(r) for r in why[group.index].dropna()}) or ["its fitness is null"]
+        total = int(((results["config"] == config) & (results["status"] == "ok")).sum())
+        out[config] = f"fitness not measured in {len(group)} of {total} jobs: {'; '.join(reasons)}"
+    return out
+
+
 def _per_seed(group: pd.DataFrame) -> pd.Series:
     return group.groupby("seed")[METRIC].mean()
 
@@ -195,7 +212,8 @@ def rank_configs(results: pd.DataFrame, alpha: float = 0.05, parts: Parts | None
         results = results.assign(**{METRIC: math.nan})
     configs = sorted(results["config"].unique().tolist()) if len(results) else []
     names = labels(configs, parts)
-    ok = results[(results["status"] == "ok") & results[METRIC].notna()] if len(results) else results
+    unmeasured = not_measured(results)
+    ok = results[(results["status"] == "ok") & ~results["config"].isin(unmeasured)] if len(results) else results
     rows = [
         _config_row(c, names[c], ok[ok["config"] == c], results[results["config"] == c], alpha)
         for c in configs
@@ -203,6 +221,7 @@ def rank_configs(results: pd.DataFrame, alpha: float = 0.05, parts: Parts | None
     table = pd.DataFrame(rows)
     if table.empty:
         return table
+    table["not_ranked"] = [unmeasured.get(c) for c in configs]
     best, comparisons = _compare_all(table, ok, alpha)
     _add_tests(table, best, comparisons, alpha)
     table = table.sort_values(["rank", "config"], na_position="last", kind="stable").reset_index(drop=True)

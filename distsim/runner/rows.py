@@ -17,6 +17,7 @@ from distsim.runner.plan import Job
 
 IDENTITY = ("job", "overrides", "config", "policy", "seed", "status", "error", "error_kind")
 PARAM_PREFIX = "param."
+OUTPUT_FAILED = "output"  # error_kind of a job whose outputs could not be written (a full disk, a read-only folder)
 RUN_PREFIX = "run."  # wall time, node, pid, attempts: they vary between runs, so never compared
 
 
@@ -90,3 +91,25 @@ def retried_jobs(results: pd.DataFrame) -> dict[int, int]:
         return {}
     tried = results[results[column].fillna(1) > 1]
     return {int(job): int(n) for job, n in zip(tried["job"], tried[column])}
+
+
+def output_failures(results: pd.DataFrame) -> pd.DataFrame:
+    """The jobs that failed because their outputs could not be written: a fault of the machine, which a
+    rerun (resume) repeats only until the disk has room, so a score built on them would be wrong."""
+    if "error_kind" not in results or not len(results):
+        return results.iloc[0:0]
+    return results[results["error_kind"] == OUTPUT_FAILED]
+
+
+def stop_on_output_failures(results: pd.DataFrame, sweep_dir: object) -> None:
+    """Raise a UserError (one line) when a job could not write its outputs, for a caller that builds on
+    every job (the search): its finished jobs are on disk, and the same command resumes from them."""
+    from distsim.errors import UserError
+
+    failed = output_failures(results)
+    if len(failed):
+        row = failed.iloc[0]
+        raise UserError(
+            f"stopped: job {row['job']} of {sweep_dir} could not write its outputs ({row['error']}); "
+            "the finished jobs are kept: make room and run the same command again to resume"
+        )

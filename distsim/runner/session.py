@@ -21,7 +21,7 @@ from typing import Any
 
 import distsim
 from distsim.errors import ConfigError, os_reason
-from distsim.runner import local_ray
+from distsim.runner import local_ray, startup
 
 LOCAL = "local"
 PROBE_TIMEOUT_S = 3.0
@@ -109,28 +109,33 @@ def ray_initialised() -> bool:
     return ray is not None and ray.is_initialized()
 
 
-def _join(address: str, env: dict[str, Any] | None) -> None:
+def _join(address: str, env: dict[str, Any] | None, start_timeout_s: float) -> None:
     probe(address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    try:
-        ray.init(
-            address=address, runtime_env=env, log_to_driver=False, logging_level=logging.WARNING,
-            configure_logging=True,
-        )  # fmt: skip
-    except (ConnectionError, TimeoutError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError("runner.address", f"cannot join {address!r}: {first}") from None
+    def join() -> None:
+        try:
+            ray.init(
+                address=address, runtime_env=env, log_to_driver=False, logging_level=logging.WARNING,
+                configure_logging=True,
+            )  # fmt: skip
+        except (ConnectionError, TimeoutError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigError("runner.address", f"cannot join {address!r}: {first}") from None
+
+    startup.with_one_retry(join, start_timeout_s, ray.shutdown)
 
 
 def connect(
-    address: str | None, ship_package: bool | None = None, *, num_cpus: int | None = None
+    address: str | None, ship_package: bool | None = None, *, num_cpus: int | None = None,
+    start_timeout_s: float = local_ray.START_TIMEOUT_S,
 ) -> RaySession:
     """Start a local Ray (``num_cpus``: default all) or join ``address``; reuse a Ray this process
     already initialised.
 
-    Raises ConfigError (runner.address) when the cluster cannot be reached."""
+    Raises ConfigError (runner.address) when the cluster cannot be reached, RayStartError when Ray does
+    not start within ``start_timeout_s`` twice (distsim.runner.startup)."""
     owned = False
     shipped = False
     local = None
@@ -139,9 +144,9 @@ def connect(
         env = runtime_env_for(address, ship_package)
         shipped = env is not None
         if address in (None, "", LOCAL):
-            local = local_ray.start(num_cpus, env)
+            local = local_ray.start(num_cpus, env, start_timeout_s)
         else:
-            _join(address, env)
+            _join(address, env, start_timeout_s)
     import ray
 
     resources = ray.cluster_resources()

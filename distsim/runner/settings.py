@@ -30,3 +30,7 @@ class RunnerSettings(RunnerConfig):
             raise ConfigError("runner.job_timeout_s", f"must be > 0 seconds or null (got {self.job_timeout_s})")
         if not 0 < self.alpha < 1:
             raise ConfigError("runner.alpha", f"must be in (0, 1) (got {self.alpha})")
+        if not (isinstance(self.start_timeout_s, (int, float)) and self.start_timeout_s > 0):
+            raise ConfigError("runner.start_timeout_s", f"must be > 0 seconds (got {self.start_timeout_s})")
+        if isinstance(self.worker_niceness, bool) or not isinstance(self.worker_niceness, int) or not 0 <= self.worker_niceness <= 19:
+            raise ConfigError("runner.worker_niceness", f"must be an integer from 0 to 19 (got {self.worker_niceness!r})")

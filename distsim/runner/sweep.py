@@ -21,14 +21,14 @@ from typing import Any
 import pandas as pd
 
 from distsim import outputs
-from distsim.runner import claim, faults, store
+from distsim.runner import claim, faults, startup, store
 from distsim.runner.compose import Composer, compose_all, compose_key
 from distsim.runner.outcome import SweepOutcome
 from distsim.runner.plan import Job, SweepPlan
 from distsim.runner.pool import ActorPool, DriverTimes, PoolEvents
 from distsim.runner.progress import Progress
 from distsim.runner.ranking import rank_configs
-from distsim.runner.rows import frame, retried_jobs
+from distsim.runner.rows import OUTPUT_FAILED, frame, retried_jobs
 from distsim.runner.session import connect, probe, ray_initialised
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.table import report_text
@@ -53,7 +53,7 @@ class SweepInterrupted(KeyboardInterrupt):
 def _exit_code(results: pd.DataFrame, strict: bool) -> int:
     failed = results[results["status"] != "ok"]
     if len(results) and len(failed) == len(results):
-        return 2 if (failed["error_kind"] == "user").all() else 1
+        return 2 if failed["error_kind"].isin(["user", OUTPUT_FAILED]).all() else 1
     if strict and len(failed):
         return 3
     return 0
@@ -83,6 +83,15 @@ def _on_retry(progress: Progress, tries: int) -> Callable[[Job, int, str], None]
     return on_retry
 
 
+def _actor_options(workers: int, cpus: int, settings: RunnerSettings) -> dict[str, Any]:
+    """One CPU per actor (a share when there are more actors than CPUs), and Ray's worker niceness from
+    runner.worker_niceness in the actors' runtime env, which Ray merges with the job's."""
+    return {
+        "num_cpus": 1.0 if workers <= cpus else cpus / workers,
+        "runtime_env": {"env_vars": startup.worker_env(settings.worker_niceness)},
+    }
+
+
 def _execute(
     todo: list[Job],
     make_blobs: Callable[[], dict[str, bytes]],
@@ -97,15 +106,15 @@ def _execute(
     Each finished job's row is appended to ``rows`` at once, so an interrupted sweep keeps them."""
     times = DriverTimes()
     t0 = time.perf_counter()
-    session = connect(settings.address, settings.ship_package)  # before ray is imported (local_ray)
+    session = connect(settings.address, settings.ship_package, start_timeout_s=settings.start_timeout_s)  # before importing ray
     import ray
 
     pool = None
     try:
         workers = max(1, min(settings.num_workers or session.cpus, len(todo)))
-        options: dict[str, Any] = {"num_cpus": 1.0 if workers <= session.cpus else session.cpus / workers}
         pool = ActorPool(
-            workers, str(sweep_dir), {}, settings.max_retries, options, (cwd, faults.forwarded_env()),
+            workers, str(sweep_dir), {}, settings.max_retries, _actor_options(workers, session.cpus, settings),
+            (cwd, faults.forwarded_env()),
             watchdog=Watchdog(settings.job_timeout_s),
         )  # fmt: skip
         pool.times = times

@@ -88,6 +88,9 @@ def format_ranking(
     if shared:
         lines.append("common overrides: " + " ".join(shared))
     lines.append(LEGEND.format(alpha=alpha))
+    for _, r in ranking.iterrows():
+        if isinstance(r.get("not_ranked"), str):
+            lines.append(f"not ranked: {r['label']}: {r['not_ranked']}")
     return "\n".join(lines)
 
 

@@ -41,7 +41,7 @@ def main(cfg: DictConfig) -> float | None:
         check_settings(cfg)  # a bad setting is refused before Ray's start-up
         _say_start(cfg)
         check_scenarios(cfg, base, lambda ovs: mark(compose(config_name=hc.job.config_name, overrides=ovs), ovs))
-        session = connect(cfg.runner.address)  # one Ray for every generation's sweep
+        session = connect(cfg.runner.address, start_timeout_s=cfg.runner.start_timeout_s)  # one Ray for every generation's sweep
         result = run_search(
             cfg,
             hc.runtime.output_dir,

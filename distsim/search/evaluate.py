@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from distsim.runner.overrides import Override, from_lines
 from distsim.runner.plan import SEED_KEY, Job, SweepPlan
+from distsim.runner.rows import stop_on_output_failures
 from distsim.runner.settings import RunnerSettings
 from distsim.runner.sweep import run_sweep
 
@@ -40,6 +41,7 @@ def make_evaluator(runner_node: DictConfig | None, *, config_name: str = "search
             settings,
             echo=echo,
         )
+        stop_on_output_failures(outcome.results, sweep_dir)  # a full disk: not a candidate's failure to score
         outcome.results.attrs["resumed"] = outcome.resumed  # for the search's ETA (distsim.search.progress)
         return outcome.results
 
