@@ -35,10 +35,16 @@ CLAIRVOYANT = "oracle_fast"
 
 
 def cpu_seconds(out: Path) -> dict[str, float]:
-    """Simulation CPU seconds per part of the search (reference, training generations, held out)."""
+    """Simulation CPU seconds per part of the search (reference, training generations, held out: the latest
+    held-out sweep, the one holdout.csv was made from; an earlier one, interrupted or for other families, is
+    not counted)."""
     parts: dict[str, float] = {}
+    held = sorted(out.glob("holdout_*/results.parquet"), key=lambda p: p.stat().st_mtime)
+    latest = held[-1].parent.name if held else None
     for perf in sorted(out.glob("*/*/perf.json")):
         sweep = perf.parent.parent.name
+        if sweep.startswith("holdout_") and sweep != latest:
+            continue
         part = "held out" if sweep.startswith("holdout_") else "reference" if sweep.startswith("reference") else "training"
         parts[part] = parts.get(part, 0.0) + float(json.loads(perf.read_text())["cpu_s"])
     return parts
@@ -92,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     holdout, candidates, search, _ = read_search(args.source)
     oracle = oracle_table(args.source, search, [int(s) for s in args.oracle_seeds.split(",")], args.jobs, CLAIRVOYANT)
+    oracle = oracle[oracle["family"].isin(set(holdout["family"]))]
     full = candidates[~candidates["raced_out"]] if "raced_out" in candidates else candidates
     lines = goal_lines(holdout, oracle, search, float(full["train_score"].max()))
     bundle = (args.source / "bundle.txt").read_text(encoding="utf-8").splitlines()
