@@ -136,4 +136,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from distsim import command
+
+    command.run("distsim.search.export", main)  # a project error, a full or closed stdout, Ctrl-C: one line
