@@ -44,7 +44,7 @@ def mark_from_hydra(cfg: DictConfig) -> DictConfig:
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()
-    own = hc.job.config_name not in ("config", "search") or any(
+    own = hc.job.config_name not in ("config", "search", "search_routing") or any(
         s.get("provider") == "command-line" for s in hc.runtime.config_sources
     )
     return cfg if own else mark(cfg, list(hc.overrides.task))

@@ -2,7 +2,7 @@
 
 Reference: each built-in routing policy, the oracle (a clairvoyant greedy heuristic, distsim/policies/oracle.py)
 and the per-request latency lower bound (distsim/regret/bound.py) on the same requests, for the default
-scenario and the search's (conf/search.yaml); each row against the best built-in and against the lower bound. Regret: fork-and-replay regret (distsim/regret) of sampled decisions of
+scenario and the routing search's (conf/search_routing.yaml); each row against the best built-in and against the lower bound. Regret: fork-and-replay regret (distsim/regret) of sampled decisions of
 round_robin, least_loaded and weighted with fresh and 250 ms stale signals, and of the oracle.
 
     python scripts/regret_bench.py reference [--requests N]
@@ -22,7 +22,7 @@ from distsim.resolve import resolve
 from distsim.simulate import run
 
 POLICIES = ("round_robin", "random", "least_loaded", "least_kv", "power_of_two", "prefix_affinity", "weighted", "oracle")
-SCENARIOS = {"default": ("config", []), "search": ("search", [])}
+SCENARIOS = {"default": ("config", []), "search": ("search_routing", [])}
 
 
 ORACLE_LABEL = "oracle (clairvoyant greedy heuristic)"

@@ -37,13 +37,14 @@ def _overrides(raw: object) -> list[str]:
     return list(raw) if isinstance(raw, list) else str(raw or "").split()
 
 
-def oracle_run(job: tuple[str, list[str], int]) -> dict:
-    """One oracle capacity run: its capacity per GPU, the roofline per GPU, its CPU seconds."""
+def oracle_run(job: tuple[str, list[str], int] | tuple[str, list[str], int, str]) -> dict:
+    """One oracle capacity run (the job's fourth item names the clairvoyant policy, conf/policy/oracle.yaml
+    without it): its capacity per GPU, the roofline per GPU, its CPU seconds."""
     from distsim import load_config, simulate
 
-    family, overrides, seed = job
+    family, overrides, seed, *policy = job
     cpu0 = time.process_time()
-    cfg = load_config([*overrides, "fitness=capacity", "policy=oracle", f"seed={seed}"], config_name="search")
+    cfg = load_config([*overrides, "fitness=capacity", f"policy={(policy or ['oracle'])[0]}", f"seed={seed}"], config_name="search")
     s = simulate(cfg).summary
     cap = s["capacity"]
     per_gpu = s["fitness"] / cap["requests_per_s"] if cap["requests_per_s"] else math.nan
@@ -51,13 +52,13 @@ def oracle_run(job: tuple[str, list[str], int]) -> dict:
             "at_roofline": cap["at_roofline"], "cpu_s": time.process_time() - cpu0}  # fmt: skip
 
 
-def oracle_table(out: Path, search: dict, seeds: list[int], jobs: int) -> pd.DataFrame:
-    """The oracle's runs on every held-out family and ``seeds``, each appended to OUT/oracle.csv as it ends,
+def oracle_table(out: Path, search: dict, seeds: list[int], jobs: int, policy: str = "oracle") -> pd.DataFrame:
+    """The oracle's runs on every held-out family and ``seeds``, each appended to OUT/<policy>.csv as it ends,
     so an interrupted or repeated call runs only what is missing."""
-    cached = out / "oracle.csv"
+    cached = out / f"{policy}.csv"
     done = pd.read_csv(cached) if cached.exists() else pd.DataFrame(columns=["family", "seed"])
     have = set(zip(done["family"], done["seed"].astype(int)))
-    work = [(f, _overrides(o), s) for f, o in (search.get("holdout") or {}).items() if o for s in seeds
+    work = [(f, _overrides(o), s, policy) for f, o in (search.get("holdout") or {}).items() if o for s in seeds
             if (f, s) not in have]  # fmt: skip
     with ProcessPoolExecutor(jobs) as pool:
         for row in pool.map(oracle_run, work):

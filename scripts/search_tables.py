@@ -1,11 +1,12 @@
 """The policy search page's results (docs/guide/search.md), regenerated from a search's output directory.
 
-Runs the default search (conf/search.yaml, ``python -m distsim.search``) into a fixed directory, which
+Runs the routing search (conf/search_routing.yaml, ``python -m distsim.search --config-name search_routing``,
+the default of earlier rounds) into a fixed directory, which
 resumes when it is already there, or reads a finished search's directory, and writes the training
 summary and the held-out tables per family between the GENERATED markers of docs/guide/search.md, so
 that the guide shows what the code produces.
 
-    python scripts/search_tables.py                        # run (or resume) the default search, then write
+    python scripts/search_tables.py                        # run (or resume) the routing search, then write
     python scripts/search_tables.py --from OUT_DIR         # a finished search's directory
     python scripts/search_tables.py --from OUT_DIR --no-write   # print only
     python scripts/search_tables.py -- search.generations=3    # overrides for the search it runs
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.source
     if out is None:
         out = DEFAULT_OUT
-        command = [sys.executable, "-m", "distsim.search", f"hydra.run.dir={out}", *args.overrides]
+        command = [sys.executable, "-m", "distsim.search", "--config-name", "search_routing", f"hydra.run.dir={out}", *args.overrides]
         subprocess.run(command, cwd=ROOT, check=True)
     text = section(*read_search(out))
     print(text)

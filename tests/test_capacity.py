@@ -88,12 +88,15 @@ def test_bad_capacity_settings_are_one_line(tmp_path, override, key):
 
 
 def test_the_search_takes_capacity_as_its_fitness():
-    """conf/search.yaml's tail-latency fitness is a group option: fitness=capacity replaces it whole (no
-    weights left over to warn about), and every evaluation then reports capacity per GPU."""
+    """The routing search's tail-latency fitness (conf/search_routing.yaml) is a group option: fitness=capacity
+    replaces it whole (no weights left over to warn about); the default search (conf/search.yaml) is capacity,
+    resolved to 0.5%."""
     from distsim.resolve import resolve
 
-    scenario = resolve(load_config(["fitness=capacity"], config_name="search"))
+    scenario = resolve(load_config(["fitness=capacity"], config_name="search_routing"))
     assert scenario.fitness.kind == "capacity" and scenario.fitness.weights == {}
+    default = resolve(load_config([], config_name="search")).fitness
+    assert default.kind == "capacity" and default.tolerance == 0.005 and default.weights == {}
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,7 @@ def test_a_search_driver_killed_mid_generation_resumes_to_the_same_candidates(wh
     candidates.parquet is byte-identical to an uninterrupted search's (docs/guide/search.md)."""
     _, whole = whole_search
     out = tmp_path / "killed"
-    args = [sys.executable, "-m", "distsim.search", *SMALL_SEARCH, *FAMILIES, *CMAES, "search.population=4",
+    args = [sys.executable, "-m", "distsim.search", "--config-name", "search_routing", *SMALL_SEARCH, *FAMILIES, *CMAES, "search.population=4",
             "search.generations=1", "search.train_seeds=[0,1]", "search.holdout_seeds=[]", "search.baselines=[]",
             "runner.num_workers=2", "runner.progress=false", f"hydra.run.dir={out}"]  # fmt: skip
     driver = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -19,7 +19,10 @@ from distsim.resolve import resolve
 TRACE = ROOT.parent / "shared" / "data" / "azure" / "AzureLLMInferenceTrace_code.csv"
 AS_TRACE = ["workload.kind=trace", "workload.format=azure", f"workload.path={TRACE}", "workload.max_rows=50"]
 GROUPS = ("cluster", "workload", "policy", "signals", "fitness")
-COMPANIONS = {"workload=mixed_70_20_10": ["cluster=mixed_fleet"]}  # its request types need runtime pools
+COMPANIONS = {
+    "workload=mixed_70_20_10": ["cluster=mixed_fleet"],  # its request types need runtime pools
+    "policy=llmd": [f"policy.routing.endpoint_picker={Path(__file__).parent / 'data/endpoint_picker/prefix_load.yaml'}"],
+}
 
 
 def _warnings(overrides: list[str], config_name: str = "config") -> list[str]:

@@ -48,6 +48,7 @@ BAD_OUT = {
     "distsim": [*SMALL, "hydra.run.dir=OUT"],
     "distsim.search": ["hydra.run.dir=OUT"],
     "distsim.search.scenarios": ["--out", "OUT"],
+    "distsim.search.export": ["--from", "OUT"],  # a folder with no search in it
     "distsim.search.scenarios --calibrate": ["--calibrate", "--train", "1", "--holdout", "0", "--out", "OUT"],
     "distsim.validate": [FIDELITY_RUN, "--out", "OUT"],
     "distsim.report": ["SWEEP", "--out", "OUT"],

@@ -29,7 +29,11 @@ GROUPS = ("cluster", "workload", "signals", "policy", "fitness")
 SIZE = {"workload.num_requests": 300}  # synthetic workloads
 TRACE_SIZE = {"workload.max_rows": 300}
 # options that need another group's option: a mix's non-LLM types need runtime pools that serve them
-COMPANIONS = {"workload=mixed_70_20_10": ["cluster=mixed_fleet"]}
+# policy=llmd reads its weights from an EndpointPickerConfig file (a fixture shaped like llm-d's examples)
+COMPANIONS = {
+    "workload=mixed_70_20_10": ["cluster=mixed_fleet"],
+    "policy=llmd": [f"policy.routing.endpoint_picker={Path(__file__).parent / 'data/endpoint_picker/prefix_load.yaml'}"],
+}
 # the warnings an option gives by design (anything else it warns fails the suite): a request of the Mooncake
 # synthetic trace's first 300 is longer than Llama-3.1-8B's context and is rejected, as vLLM rejects it
 WARNS = {"workload=mooncake_synthetic": "1 of 300 requests have a prompt plus output longer than max_model_len"}

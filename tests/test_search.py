@@ -39,7 +39,7 @@ def search_cfg(generations: int, holdout: str = "[]", baselines: str = "[]"):
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         return compose(
-            "search",
+            "search_routing",
             overrides=[
                 *SMALL,
                 *FAMILIES,
@@ -57,13 +57,13 @@ def search_cfg(generations: int, holdout: str = "[]", baselines: str = "[]"):
 def run(cfg, out, evaluate=None):
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        evaluate = evaluate or make_evaluator(cfg.runner, config_name="search")
+        evaluate = evaluate or make_evaluator(cfg.runner, config_name="search_routing")
         return run_search(cfg, out, list(SMALL), evaluate=evaluate, echo=False)
 
 
 def killed_after(sweeps: int):
     """An evaluator whose driver is killed once ``sweeps`` sweeps have finished (before it tells them)."""
-    inner = make_evaluator(None, config_name="search")
+    inner = make_evaluator(None, config_name="search_routing")
     calls = []
 
     def evaluate(configs, seeds, sweep_dir):

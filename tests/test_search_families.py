@@ -10,6 +10,7 @@ import math
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
+from searchkit import fake_evaluate
 
 from distsim.config.compose import CONF_DIR
 from distsim.config.schema import register_schemas
@@ -34,7 +35,7 @@ from distsim.search.space import SearchSpace
 def search_cfg(*overrides: str):
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("search", overrides=list(overrides))
+        return compose("search_routing", overrides=list(overrides))
 
 
 # --- families ------------------------------------------------------------------------------------------
@@ -107,7 +108,7 @@ def test_a_family_whose_scenario_is_wrong_is_one_line_naming_it():
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         with pytest.raises(ConfigError) as info:
-            check_scenarios(cfg, [], lambda ovs: compose("search", overrides=ovs))
+            check_scenarios(cfg, [], lambda ovs: compose("search_routing", overrides=ovs))
     assert info.value.key == "search.holdout.sessions" and "rate_rps" in info.value.message
 
 
@@ -259,23 +260,6 @@ def test_the_progress_line_counts_jobs_and_ignores_resumed_ones_for_the_eta():
 
 
 # --- the whole loop, on a fake evaluator ---------------------------------------------------------------
-
-
-def fake_evaluate(calls: list):
-    """Fitness from the config's text alone (deterministic), as the runner's results table."""
-    import zlib
-
-    def evaluate(configs, seeds, sweep_dir):
-        calls.append((sweep_dir.name, len(configs), list(seeds)))
-        rows = []
-        for c in configs:
-            text = " ".join(c)
-            for seed in seeds:
-                f = 0.5 + (zlib.crc32(f"{text} {seed}".encode()) % 1000) / 10_000
-                rows.append({"config": text, "seed": seed, "status": "ok", "fitness": f, "policy": "x"})
-        return pd.DataFrame(rows)
-
-    return evaluate
 
 
 def test_the_loop_runs_every_candidate_on_every_family_and_reports_progress(tmp_path, capsys, monkeypatch):

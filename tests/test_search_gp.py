@@ -150,7 +150,7 @@ def search_cfg(generations: int, extra=()):
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         return compose(
-            "search",
+            "search_routing",
             overrides=[
                 *SMALL, "search.algorithm=gp", "search.population=4", f"search.generations={generations}",
                 "search.train_seeds=[0]", "search.holdout_seeds=[]", "runner.num_workers=2", *extra,
@@ -218,7 +218,7 @@ def ray_session():
 def run(cfg, out):
     register_schemas()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return run_search(cfg, out, list(SMALL), evaluate=make_evaluator(cfg.runner, config_name="search"), echo=False)
+        return run_search(cfg, out, list(SMALL), evaluate=make_evaluator(cfg.runner, config_name="search_routing"), echo=False)
 
 
 PARETO = ["search.objectives=[ttft_p99_ms,tpot_p99_ms,cost_usd_per_mtok]", "search.baselines=[least_loaded,weighted]"]

@@ -22,7 +22,8 @@ class GPConfig:
 class SearchConfig:
     """What to search, how, and on which seeds.
 
-    ``space`` maps a short name to a ``policy.*`` config key and its range: ``{key, type: float, low,
+    ``space`` maps a short name to a ``policy.*`` (or bundle: ``cluster.engine.*``, ``cluster.pools.*``,
+    ``cluster.autoscale.*``) config key and its range: ``{key, type: float, low,
     high}``, ``{key, type: int, low, high}`` or ``{key, type: categorical, choices: [...]}`` (without
     ``key``, the name is the config key). Candidates start from the ``base_policy`` config and set those
     keys. ``train`` and ``holdout`` map family names to scenario overrides (distsim.search.families).
@@ -49,3 +50,7 @@ class SearchConfig:
     # fitness, or a list of ttft_p99_ms, tpot_p99_ms, cost_usd_per_mtok, fitness: NSGA-II (algorithm gp)
     objectives: Any = "fitness"
     gp: GPConfig = field(default_factory=GPConfig)
+    # racing (distsim.search.race): {keep: share surviving the race, first_seeds, first: overrides}; {}: none
+    race: dict[str, Any] = field(default_factory=dict)
+    # built-in bundles judged beside baselines (distsim.search.bundle): {routing: [...], scheduler: [...], admission: [...]}
+    baseline_grid: dict[str, Any] = field(default_factory=dict)

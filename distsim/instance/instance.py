@@ -76,6 +76,7 @@ class EngineParams:
     cpu_kv_blocks: int  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
     prefill_batch_min: int | None  # windowed prefill batching (distsim.instance.batching); None: no min
     prefill_batch_window_us: int  # the batching window; 0: off (continuous batching)
+    scheduler_aging_per_s: float = 0.0  # an ordered queue's aging (distsim.instance.queues.keyed); 0: none
 
 
 class Instance(Scheduler):
@@ -183,7 +184,7 @@ class Instance(Scheduler):
         # cutting at the next boundary would give the same results with one step planned alone, and an event, more)
         self.lag = 1 if params.async_scheduling else 0
         self.kv = KVCache(params.total_kv_blocks)
-        self.waiting = QUEUES[params.scheduler]()
+        self.waiting = QUEUES[params.scheduler](params.scheduler_aging_per_s)
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
         self.running: dict[int, Request] = {}  # admission order
         self.prefilling: list[Request] = []  # running requests still in prefill, admission order

@@ -39,6 +39,7 @@ def main(cfg: DictConfig) -> float | None:
     session = None
     try:
         check_settings(cfg)  # a bad setting is refused before Ray's start-up
+        _say_start(cfg)
         check_scenarios(cfg, base, lambda ovs: mark(compose(config_name=hc.job.config_name, overrides=ovs), ovs))
         session = connect(cfg.runner.address, start_timeout_s=cfg.runner.start_timeout_s)  # one Ray for every generation's sweep
         result = run_search(
@@ -64,6 +65,16 @@ def main(cfg: DictConfig) -> float | None:
         print(f"distsim.search: {err}", file=sys.stderr)
         sys.exit(2)
     return result.best_train_fitness
+
+
+def _say_start(cfg: DictConfig) -> None:
+    """The first line, before the families' scenarios are checked and Ray starts (both take seconds, tens
+    on a busy machine), so the search says at once what it is doing."""
+    from distsim.search.families import holdout_families, train_families
+
+    s = cfg.search
+    print(f"search: checking the scenarios of {len(train_families(s))} training and {len(holdout_families(s))} held-out "
+          "families, then starting Ray", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

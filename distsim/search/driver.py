@@ -43,6 +43,9 @@ from distsim import outputs
 from distsim.config.compose import CONF_DIR
 from distsim.errors import ConfigError, UserError
 from distsim.search import objectives as objs
+from distsim.search.bundle import grid as bundle_grid
+from distsim.search.bundle import split as split_bundle
+from distsim.search.bundle import write_bundle
 from distsim.search.families import (
     GridRuns,
     Reference,
@@ -58,6 +61,7 @@ from distsim.search.gp_outputs import write_module, write_pareto
 from distsim.search.holdout import compare_on_holdout
 from distsim.search.optimizer import build_optimizer, check_optimizer
 from distsim.search.progress import SearchProgress, resumed_jobs
+from distsim.search.race import RaceSettings, survivors, told
 from distsim.search.space import SearchSpace, Value
 
 # configs (each a list of overrides) x seeds -> the sweep's results table (distsim.search.evaluate)
@@ -109,11 +113,12 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError("search.train_seeds", "needs at least one seed")
     if s.generations < 1:
         raise ConfigError("search.generations", f"must be >= 1 (got {s.generations})")
-    per_generation = s.population * len(train_families(s)) * len(s.train_seeds)
+    per_generation = _jobs_per_generation(s, RaceSettings.from_node(s.get("race")), len(train_families(s)))
     if s.budget is not None and s.budget < per_generation:
         raise ConfigError(
             "search.budget",
-            f"must allow at least one generation (population x training families x seeds = {per_generation})",
+            f"must allow at least one generation (population x training families x seeds = {per_generation}, "
+            "fewer with a race)",
         )
     overlap = set(s.train_seeds) & set(s.holdout_seeds)
     if overlap:
@@ -126,6 +131,8 @@ def _check(cfg: DictConfig) -> None:
     for b in s.baselines:
         if not (CONF_DIR / "policy" / f"{b}.yaml").exists():
             raise ConfigError("search.baselines", f"no conf/policy/{b}.yaml")
+    RaceSettings.from_node(s.get("race")).check(len(s.train_seeds))
+    bundle_grid(s.get("baseline_grid"))
     check_optimizer(str(s.algorithm), int(s.population))  # a bad algorithm is said before its objectives
     objs.objectives(s.get("objectives"), str(s.algorithm))
     if s.algorithm == "gp":
@@ -135,11 +142,14 @@ def _check(cfg: DictConfig) -> None:
 
 
 def _generation_rows(
-    gen: int, cand_values: list[dict[str, Value]], runs: GridRuns, seeds: list[int], ref: Reference, names: list[str] | None
+    gen: int, cand_values: list[dict[str, Value]], runs: GridRuns, seeds: list[int], ref: Reference, names: list[str] | None,
+    ids: list[int] | None = None, raced_out: bool = False,
 ) -> tuple[list[dict[str, Value]], list[float], list[float | tuple[float, ...]]]:
     """candidates.parquet rows of one generation (one per candidate, family and seed), each candidate's
     training score (distsim.search.families: a candidate that failed on any family or seed scores very
-    low), and what the optimiser is told: that score, or the objectives over the families."""
+    low), and what the optimiser is told: that score, or the objectives over the families. ``ids``: the
+    candidates' numbers in the generation (a race's survivors are some of them); ``raced_out``: these rows
+    are a race's only (distsim.search.race)."""
     rows, scores, told = [], [], []
     for i, values in enumerate(cand_values):
         by_family = family_scores(runs.fitness[i], ref.fitness)
@@ -154,12 +164,13 @@ def _generation_rows(
                 rows.append(
                     {
                         "generation": gen,
-                        "candidate": i,
+                        "candidate": i if ids is None else ids[i],
                         "overrides": overrides,
                         "family": family,
                         "seed": seed,
                         "fitness": f,
                         "family_score": by_family[family],
+                        "raced_out": raced_out,
                         **per_candidate,
                         **values,
                         **{m: metrics[m] for m in objs.FRONT_METRICS},
@@ -169,40 +180,80 @@ def _generation_rows(
 
 
 def _reference(
-    s: DictConfig, grid: TrainingGrid, seeds: list[int], out: Path, evaluate: Evaluate, names: list[str] | None
+    s: DictConfig, grid: TrainingGrid, seeds: list[int], out: Path, evaluate: Evaluate, names: list[str] | None,
+    extra: tuple[str, ...] = (),
 ) -> Reference:
-    """The reference built-in's means per training family (its own sweep, reference/), or none."""
+    """The reference built-in's means per training family (its own sweep, reference/), or none; ``extra``:
+    the race's overrides (its sweep is reference_race/)."""
     if s.get("reference") is None:
         return Reference()
-    policy = [[f"policy={s.reference}", "sim.write_requests=false"]]
-    runs = grid.run(policy, seeds, out / "reference", evaluate, names or ())
+    policy = [[f"policy={s.reference}", "sim.write_requests=false", *extra]]
+    runs = grid.run(policy, seeds, out / ("reference_race" if extra else "reference"), evaluate, names or ())
     fitness = reference_means(runs.fitness[0], str(s.reference))
     objectives = objs.reference_objectives(runs.metrics[0], names, str(s.reference)) if names else None
     return Reference(fitness, objectives)
 
 
 def _front_summary(scores: list[float], names: list[str] | None, told_so_far: list) -> str:
-    summary = f"best training score {max(scores):+.4f}"
+    finite = [x for x in scores if x > -1e9] or scores or [-1e9]
+    summary = f"best training score {max(finite):+.4f}"
     if names:
         summary += f"  front {int(objs.first_front(np.array(told_so_far), objs.weights(names)).sum())}"
     return summary
+
+
+@dataclass
+class _Generation:
+    """One generation's rows, training scores (NaN-free; -1e9 failed) and what the optimiser is told."""
+
+    rows: list
+    scores: list[float]
+    told: list
+    results: pd.DataFrame
+    resumed: int
+
+
+def _raced(
+    s: DictConfig, race: RaceSettings, gen: int, candidates: list[list[str]], cand_values: list[dict[str, Value]],
+    grid: TrainingGrid, seeds: list[int], refs: tuple[Reference, Reference], out: Path, evaluate: Evaluate,
+    recorded: list[str],
+) -> _Generation:
+    """A raced generation (distsim.search.race): every candidate on the race, the survivors in full."""
+    first = seeds[: race.first_seeds]
+    quick = grid.run([[*c, *race.first] for c in candidates], first, out / f"gen_{gen:03d}_race", evaluate, recorded)
+    out_rows, race_scores, _ = _generation_rows(gen, cand_values, quick, first, refs[0], None, raced_out=True)
+    keep = survivors(race_scores, float(race.keep))
+    full = grid.run([candidates[i] for i in keep], seeds, out / f"gen_{gen:03d}", evaluate, recorded)
+    rows, scores, _ = _generation_rows(gen, [cand_values[i] for i in keep], full, seeds, refs[1], None, ids=keep)
+    kept = set(keep)
+    rows += [r for r in out_rows if r["candidate"] not in kept]
+    by_id = dict(zip(keep, scores))
+    all_scores = [by_id.get(i, -1e9) for i in range(len(candidates))]
+    resumed = resumed_jobs(quick.results) + resumed_jobs(full.results)
+    return _Generation(rows, all_scores, told(race_scores, by_id), full.results, resumed)
 
 
 def _evolve(
     s: DictConfig, out: Path, base_overrides: list[str], evaluate: Evaluate, echo: bool
 ) -> tuple[pd.DataFrame, TrainingGrid, Reference]:
     """Every generation, asked, evaluated on the training families and seeds and told: the candidates
-    table (and the grid and reference it was scored with)."""
+    table (and the grid and reference it was scored with). The best candidate so far is written after
+    every generation (:func:`write_best`), so a stopped search leaves it."""
     space = SearchSpace(s.space)
     names = objs.objectives(s.get("objectives"), str(s.algorithm))
     optimizer = build_optimizer(s.algorithm, space, int(s.population), int(s.seed), s.get("gp"), objs.weights(names))
     seeds = [int(x) for x in s.train_seeds]
+    race = RaceSettings.from_node(s.get("race"))
     grid = TrainingGrid(tuple(train_families(s)), tuple(base_overrides))
     policy = [f"policy={base_policy(s)}", "sim.write_requests=false"]
     generations = _generations(s, len(grid.families))
-    held_out = (1 + len(s.baselines)) * len(holdout_families(s)) * len(s.holdout_seeds)
-    progress = SearchProgress(generations, int(s.population) * len(grid.families) * len(seeds), held_out, echo)
+    held_out = (1 + len(s.baselines) + len(bundle_grid(s.get("baseline_grid")))) * len(holdout_families(s)) * len(s.holdout_seeds)
+    progress = SearchProgress(generations, _jobs_per_generation(s, race, len(grid.families)), held_out, echo)
+    progress.note(f"training on {len(grid.families)} families x {len(seeds)} seeds; the reference "
+                  f"({s.get('reference')}) first")  # fmt: skip
     reference = _reference(s, grid, seeds, out, evaluate, names)
+    refs = (_reference(s, grid, seeds[: race.first_seeds], out, evaluate, None, race.first) if race.on else reference, reference)
+    progress.note(f"reference done; generation 1 of {generations} running")
     recorded = list(dict.fromkeys([*objs.FRONT_METRICS, *(names or ())]))
     rows: list[dict[str, Value]] = []
     told_so_far: list = []
@@ -211,24 +262,80 @@ def _evolve(
         asked = optimizer.ask()
         cand_values = [optimizer.values(point) for _, point in asked]
         candidates = [[*policy, *SearchSpace.overrides(values)] for values in cand_values]
-        runs = grid.run(candidates, seeds, out / f"gen_{gen:03d}", evaluate, recorded)
-        gen_rows, scores, told = _generation_rows(gen, cand_values, runs, seeds, reference, names)
-        if gen == 0 and max(scores) <= -1e9:  # nothing to learn from, and no policy to write: stop, saying why
-            raise SearchFailed(runs.results)
-        rows += gen_rows
-        told_so_far += told
-        scores_so_far += scores
-        optimizer.tell([(handle, value) for (handle, _), value in zip(asked, told)])
-        progress.generation_done(_front_summary(scores_so_far, names, told_so_far), resumed=resumed_jobs(runs.results))
+        if race.on and names is None:
+            done = _raced(s, race, gen, candidates, cand_values, grid, seeds, refs, out, evaluate, recorded)
+        else:
+            runs = grid.run(candidates, seeds, out / f"gen_{gen:03d}", evaluate, recorded)
+            gen_rows, scores, told_ = _generation_rows(gen, cand_values, runs, seeds, reference, names)
+            done = _Generation(gen_rows, scores, told_, runs.results, resumed_jobs(runs.results))
+        if gen == 0 and max(done.scores) <= -1e9:  # nothing to learn from, and no policy to write: stop, saying why
+            raise SearchFailed(done.results)
+        rows += done.rows
+        told_so_far += done.told
+        scores_so_far += done.scores
+        optimizer.tell([(handle, value) for (handle, _), value in zip(asked, done.told)])
+        write_best(s, out, _table(rows), names)
+        progress.generation_done(_front_summary(scores_so_far, names, told_so_far), resumed=done.resumed)
+    return _table(rows), grid, reference
+
+
+def _table(rows: list[dict[str, Value]]) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     table["mean_fitness"] = table.groupby(["generation", "candidate"])["fitness"].transform("mean")
-    return table, grid, reference
+    return table
+
+
+def _jobs_per_generation(s: DictConfig, race: RaceSettings, families: int) -> int:
+    full = int(s.population) * families * len(s.train_seeds)
+    if not race.on:
+        return full
+    kept = min(int(s.population), max(2, math.ceil(float(race.keep) * int(s.population))))
+    return int(s.population) * families * race.first_seeds + kept * families * len(s.train_seeds)
+
+
+def best_row(s: DictConfig, table: pd.DataFrame, names: list[str] | None) -> pd.Series:
+    """The best fully evaluated candidate (a raced-out one never is): the front's best with objectives."""
+    pool = table[~table["raced_out"]] if "raced_out" in table else table
+    if names is not None:
+        pool = pool[objs.front_of(pool, names)]
+    return pool.sort_values(["train_score", "generation", "candidate"], ascending=[False, True, True]).iloc[0]
+
+
+def best_values(s: DictConfig, row: pd.Series) -> dict[str, Value]:
+    """The searched keys the best candidate set (a part it left off is absent), each of its variable's type
+    again (a column with absent parts is float in pandas)."""
+    if s.algorithm == "gp":
+        return {EXPRESSION_KEY: str(row[EXPRESSION_KEY])}
+    out = {}
+    for var in SearchSpace(s.space).variables:
+        v = row.get(var.key)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        v = v.item() if hasattr(v, "item") else v
+        if var.kind == "int":
+            v = int(v)
+        elif var.kind == "categorical":
+            v = next(c for c in var.choices if c == v)
+        out[var.key] = v
+    return out
+
+
+def write_best(s: DictConfig, out: Path, table: pd.DataFrame, names: list[str] | None) -> Path:
+    """The best candidate so far as policy/<name>.yaml and bundle.txt (distsim.search.bundle)."""
+    values = best_values(s, best_row(s, table, names))
+    policy_values, _ = split_bundle(values)
+    path = write_policy(out, s.name, base_policy(s), policy_values)
+    write_bundle(out, str(s.name), values)
+    return path
 
 
 def _generations(s: DictConfig, families: int) -> int:
+    """search.generations, or fewer where search.budget (simulations) ends first; a raced generation
+    costs its race and its survivors' full runs (:func:`_jobs_per_generation`)."""
     generations = int(s.generations)
     if s.budget is not None:
-        generations = min(generations, int(s.budget) // (int(s.population) * families * len(s.train_seeds)))
+        per = _jobs_per_generation(s, RaceSettings.from_node(s.get("race")), families)
+        generations = min(generations, int(s.budget) // per)
     return generations
 
 
@@ -245,17 +352,12 @@ def run_search(
     if names is not None:  # several objectives: the best is the front's candidate of best training score
         table["on_front"] = objs.front_of(table, names)
     outputs.write_parquet(out / "candidates.parquet", table)
-    pool = table[table["on_front"]] if names is not None else table
-    best_row = pool.sort_values(
-        ["train_score", "generation", "candidate"], ascending=[False, True, True]
-    ).iloc[0]
-    keys = [EXPRESSION_KEY] if s.algorithm == "gp" else [v.key for v in SearchSpace(s.space).variables]
-    best_values = {k: best_row[k] for k in keys}
-    best_values = {k: (v.item() if hasattr(v, "item") else v) for k, v in best_values.items()}
-    policy_yaml = write_policy(out, s.name, base_policy(s), best_values)
+    row = best_row(s, table, names)
+    values = best_values(s, row)
+    policy_yaml = write_best(s, out, table, names)
     plot_convergence(table, out / "convergence.png")
     if s.algorithm == "gp":
-        write_module(out, s.name, str(best_values[EXPRESSION_KEY]), policy_yaml)
+        write_module(out, s.name, str(values[EXPRESSION_KEY]), policy_yaml)
     if names is not None:
         write_pareto(s, out, table, names, grid, reference, evaluate)
 
@@ -264,7 +366,7 @@ def run_search(
     if judged:
         holdout = compare_on_holdout(s, out, policy_yaml, base_overrides, evaluate, judged, echo=echo)
     return SearchResult(
-        out, table, SearchSpace.overrides(best_values), float(best_row["train_score"]), policy_yaml, holdout
+        out, table, SearchSpace.overrides(values), float(row["train_score"]), policy_yaml, holdout
     )
 
 

@@ -49,8 +49,11 @@ class Family:
     overrides: tuple[str, ...]
 
     def config(self, base: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
-        """One evaluation's overrides: the family's, then the command line's, then ``extra`` (the policy)."""
-        return [*self.overrides, *base, *extra]
+        """One evaluation's overrides: the family's, then the command line's, then ``extra`` (the policy, and
+        a bundle's keys as this family's scenario makes them: distsim.search.bundle.derive)."""
+        from distsim.search.bundle import derive
+
+        return [*self.overrides, *base, *derive([*self.overrides, *base], extra)]
 
     @property
     def text(self) -> str:

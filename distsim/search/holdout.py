@@ -189,10 +189,14 @@ def compare_on_holdout(
     seeds = [int(x) for x in s.holdout_seeds]
     searchpath = f"hydra.searchpath=[file://{out.resolve()}]"
     quiet = "sim.write_requests=false"
-    policies = [(str(s.name), [f"policy={s.name}", searchpath, quiet])]
+    from distsim.search.bundle import grid, read_bundle
+
+    bundle = read_bundle(out / "bundle.txt") if (out / "bundle.txt").exists() else []
+    policies = [(str(s.name), [f"policy={s.name}", searchpath, quiet, *bundle])]
     policies += [(str(b), [f"policy={b}", quiet]) for b in s.baselines]
+    policies += [(b.name, [*b.overrides, quiet]) for b in grid(s.get("baseline_grid"))]
     configs, keys = plan(families, base, policies)
-    results = evaluate(configs, seeds, out / sweep_name(policy_yaml.read_bytes(), configs, seeds))
+    results = evaluate(configs, seeds, out / sweep_name(policy_yaml.read_bytes() + " ".join(bundle).encode(), configs, seeds))
     table = compare_families(results, configs, keys, str(s.name))
     outputs.write_csv(out / "holdout.csv", table)
     if echo:

@@ -54,6 +54,13 @@ class SearchProgress:
             f"elapsed {clock(self._last - self._t0)}  ETA {eta}"
         )
 
+    def note(self, text: str) -> str:
+        """A line before the first generation ends (what runs now), so a long generation is not silent."""
+        line = f"search: {text}  elapsed {clock(self.clock_fn() - self._t0)}"
+        if self.echo:
+            print(line, file=self.stream, flush=True)
+        return line
+
     def generation_done(self, summary: str, *, resumed: int = 0) -> str:
         """Count one finished generation (``resumed`` of its jobs were on disk) and print its line."""
         now = self.clock_fn()

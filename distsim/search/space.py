@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from distsim.errors import ConfigError
 
@@ -20,6 +20,12 @@ Value = float | int | str | bool | None
 Coordinate = float | int
 
 
+# Keys a candidate may set: the policy (its file), and the parts of the control plane around it that a
+# bundle searches (distsim.search.bundle): the engine's scheduling order and limits, the pools' sizes (the
+# prefill:decode split), the autoscaler's thresholds.
+BUNDLE_PREFIXES = ("cluster.engine.", "cluster.pools.", "cluster.autoscale.", "bundle.")
+
+
 @dataclass(frozen=True)
 class Variable:
     key: str
@@ -27,6 +33,10 @@ class Variable:
     low: float = 0.0
     high: float = 1.0
     choices: tuple = ()
+    name: str = ""  # its short name in search.space
+    # the part it belongs to is on only when these searched keys (by short name) take one of these values:
+    # admission parameters only with their admission kind, aging only with an ordered queue
+    when: tuple[tuple[str, tuple], ...] = ()
 
     def value(self, u: Coordinate) -> Value:
         """The config value of a normalised coordinate (float in [0, 1]; int or category index)."""
@@ -56,15 +66,20 @@ class SearchSpace:
                 continue
             raw = dict(raw or {})
             key = raw.pop("key", name)
-            if not isinstance(key, str) or not key.startswith("policy."):
+            if not isinstance(key, str) or not key.startswith(("policy.", *BUNDLE_PREFIXES)):
                 where = f"{where}.key" if "key" in dict(spec[name] or {}) else where
-                raise ConfigError(where, "only policy.* keys can be searched (the result is a policy config)")
-            variable = _variable(key, raw, where)
+                raise ConfigError(
+                    where, "only policy.* and the bundle's keys (cluster.engine.*, cluster.pools.*, "
+                    "cluster.autoscale.*, bundle.pd_prefill_share) can be searched"
+                )
+            when = _when(raw.pop("when", None), f"{where}.when")
+            variable = replace(_variable(key, raw, where), name=str(name), when=when)
             known = [i for i, v in enumerate(self.variables) if v.key == key]
             if known:  # a later entry for the same key replaces it: search.space={policy.x.y: {...}} merges
                 self.variables[known[0]] = variable
             else:
                 self.variables.append(variable)
+        self.check_when()
 
     @property
     def floats(self) -> list[Variable]:
@@ -78,13 +93,45 @@ class SearchSpace:
     def categoricals(self) -> list[Variable]:
         return [v for v in self.variables if v.kind == "categorical"]
 
+    def check_when(self) -> None:
+        """Every ``when`` names a categorical of this space and some of its choices."""
+        by_name = {v.name: v for v in self.variables}
+        for v in self.variables:
+            for other, allowed in v.when:
+                target = by_name.get(other)
+                where = f"search.space.{v.name}.when.{other}"
+                if target is None or target.kind != "categorical":
+                    raise ConfigError(where, "must name a categorical entry of search.space")
+                unknown = [a for a in allowed if a not in target.choices]
+                if unknown:
+                    raise ConfigError(where, f"{unknown} are not choices of {other} ({list(target.choices)})")
+
     def values(self, point: dict[str, Coordinate]) -> dict[str, Value]:
-        """Config values of a point given as {key: normalised coordinate}."""
-        return {v.key: v.value(point[v.key]) for v in self.variables}
+        """Config values of a point given as {key: normalised coordinate}; a variable whose part is off
+        (its ``when`` unmet) is left out, so a candidate sets only the keys of the parts it has."""
+        named = {v.name: v.value(point[v.key]) for v in self.variables}
+        return {
+            v.key: named[v.name]
+            for v in self.variables
+            if all(named.get(other) in allowed for other, allowed in v.when)
+        }
 
     @staticmethod
     def overrides(values: dict[str, Value]) -> list[str]:
         return [f"{key}={_literal(val)}" for key, val in values.items()]
+
+
+def _when(raw: object, where: str) -> tuple[tuple[str, tuple], ...]:
+    """``when: {admission: [token_bucket]}`` (or a single value) as ((name, (values...)), ...)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping) or not raw:
+        raise ConfigError(where, f"must map a categorical entry's name to its values (got {raw!r})")
+    out = []
+    for other, allowed in raw.items():
+        values = (allowed,) if allowed is None or isinstance(allowed, (str, int, float, bool)) else tuple(allowed)
+        out.append((str(other), values))
+    return tuple(out)
 
 
 def _variable(key: str, raw: dict, where: str) -> Variable:

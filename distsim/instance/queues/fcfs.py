@@ -12,5 +12,8 @@ from distsim.request import Request
 class FCFSQueue(deque):
     """A deque: arrivals at the back, preempted requests back at the front."""
 
+    def __init__(self, aging_per_s: float = 0.0):
+        super().__init__()  # arrival order already ages: nothing to add (checks refuse aging with fcfs)
+
     def peek(self) -> Request:
         return self[0]

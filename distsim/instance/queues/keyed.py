@@ -9,14 +9,20 @@ from distsim.request import Request
 
 
 class KeyedQueue:
-    """A heap keyed by ``key(request)``; preempted requests go ahead of everything (key -inf)."""
+    """A heap keyed by ``key(request)``; preempted requests go ahead of everything (key -inf).
 
-    __slots__ = ("_heap", "_seq", "_aside")
+    Aging (``aging_per_s``, cluster.engine.scheduler_aging_per_s): a request's key falls by that much per
+    second it has waited since its arrival, so a long prompt or a low class is not starved. The fall is
+    linear in time and the same for every request, so ordering by ``key - aging x (now - arrival)`` at any
+    time is ordering by ``key + aging x arrival``: a static key, and the heap stays valid as time passes."""
+
+    __slots__ = ("_heap", "_seq", "_aside", "aging_per_us")
 
     def key(self, req: Request) -> tuple:
         raise NotImplementedError
 
-    def __init__(self):
+    def __init__(self, aging_per_s: float = 0.0):
+        self.aging_per_us = aging_per_s / 1e6
         self._heap: list = []
         self._seq = itertools.count()
         self._aside: list = []  # entries hidden from one admission (async scheduling: not yet visible)

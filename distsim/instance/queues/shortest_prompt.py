@@ -9,9 +9,12 @@ from distsim.request import Request
 
 @QUEUES.register("shortest_prompt")
 class ShortestPromptQueue(KeyedQueue):
-    """Fewer prompt tokens first, FCFS among equal prompts."""
+    """Fewer prompt tokens first, FCFS among equal prompts; with aging, a request counts ``aging`` fewer
+    prompt tokens per second waited."""
 
     __slots__ = ()
 
     def key(self, req: Request) -> tuple:
+        if self.aging_per_us:
+            return (req.prompt_tokens + req.arrival_us * self.aging_per_us, req.arrival_us)
         return (req.prompt_tokens, req.arrival_us)
