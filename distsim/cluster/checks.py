@@ -29,7 +29,6 @@ Need = Callable[[bool, str, str, object], None]
 
 def engine(engine: DictConfig, key: str) -> None:
     """``cluster.engine`` (or a pool's merged engine) against vLLM's own limits."""
-    from distsim.instance.queues.registry import QUEUES
 
     def need(cond: bool, sub: str, rule: str, value: object) -> None:
         if not cond:
@@ -56,14 +55,7 @@ def engine(engine: DictConfig, key: str) -> None:
     )
     need(engine.total_kv_blocks is None or engine.total_kv_blocks >= 1, "total_kv_blocks", "must be >= 1 or null", engine.total_kv_blocks)
     need(isinstance(engine.async_scheduling, bool), "async_scheduling", "must be true or false", engine.async_scheduling)
-    need(engine.scheduler in QUEUES, "scheduler", f"must be one of {', '.join(sorted(QUEUES))}", engine.scheduler)
-    aging = engine.scheduler_aging_per_s
-    need(
-        not isinstance(aging, bool) and isinstance(aging, (int, float)) and math.isfinite(aging) and aging >= 0,
-        "scheduler_aging_per_s", "must be a finite number >= 0", aging,
-    )  # fmt: skip
-    need(aging == 0 or engine.scheduler != "fcfs", "scheduler_aging_per_s",
-         "ages an ordered queue (scheduler priority or shortest_prompt); fcfs needs 0", aging)  # fmt: skip
+    waiting_queue(engine, need)
     cpu = engine.cpu_kv_blocks
     need(
         not isinstance(cpu, bool) and isinstance(cpu, int) and cpu >= 0,
@@ -79,6 +71,20 @@ def engine(engine: DictConfig, key: str) -> None:
         cpu,
     )
     prefill_batching(engine, need)
+
+
+def waiting_queue(engine: DictConfig, need: Need) -> None:
+    """The waiting queue's order and its aging (distsim/instance/queues/)."""
+    from distsim.instance.queues.registry import QUEUES
+
+    need(engine.scheduler in QUEUES, "scheduler", f"must be one of {', '.join(sorted(QUEUES))}", engine.scheduler)
+    aging = engine.scheduler_aging_per_s
+    need(
+        not isinstance(aging, bool) and isinstance(aging, (int, float)) and math.isfinite(aging) and aging >= 0,
+        "scheduler_aging_per_s", "must be a finite number >= 0", aging,
+    )  # fmt: skip
+    need(aging == 0 or engine.scheduler != "fcfs", "scheduler_aging_per_s",
+         "ages an ordered queue (scheduler priority or shortest_prompt); fcfs needs 0", aging)  # fmt: skip
 
 
 def prefill_batching(engine: DictConfig, need: Need) -> None:
