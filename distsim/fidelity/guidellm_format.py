@@ -25,7 +25,7 @@ import numpy as np
 from distsim import inputs
 from distsim.errors import InputFileError
 from distsim.fidelity.run import MeasuredRun, request_table
-from distsim.fidelity.vllm_bench_format import sampler_of
+from distsim.fidelity.vllm_bench_format import json_head, sampler_of
 from distsim.inputs import excerpt
 
 TIMES = ("start_time", "first_token_time", "last_token_time")
@@ -33,12 +33,7 @@ TIMES = ("start_time", "first_token_time", "last_token_time")
 
 def is_guidellm_report(path: Path) -> bool:
     """A JSON file with a top-level ``benchmarks`` list whose entries hold ``requests``."""
-    if not (path.is_file() and path.suffix == ".json"):
-        return False
-    try:
-        head = path.read_text(encoding="utf-8")[:200_000]
-    except OSError:
-        return False
+    head = json_head(path, 200_000)
     return '"benchmarks"' in head and '"first_token_time"' in head
 
 

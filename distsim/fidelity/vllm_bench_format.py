@@ -31,14 +31,21 @@ LISTS = ("input_lens", "output_lens", "ttfts", "itls", "start_times")
 GREEDY_TEMPERATURE = 1e-5  # vllm/v1/sample/sampler.py: below it a request samples greedily
 
 
+def json_head(path: Path, chars: int) -> str:
+    """The first ``chars`` characters of a ``.json`` file, read no further, to tell a report's format by
+    its field names; "" for anything else or a file that cannot be read as text."""
+    if not (path.is_file() and path.suffix == ".json"):
+        return ""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read(chars)
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def is_vllm_bench_result(path: Path) -> bool:
     """A JSON file whose top level has the per-request lists of ``--save-detailed``."""
-    if not (path.is_file() and path.suffix == ".json"):
-        return False
-    try:
-        head = path.read_text(encoding="utf-8")[:1_000_000]
-    except OSError:
-        return False
+    head = json_head(path, 1_000_000)
     return '"ttfts"' in head and '"input_lens"' in head
 
 
