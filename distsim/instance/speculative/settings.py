@@ -3,14 +3,14 @@
 The defaults a method brings, and where each figure comes from (docs/guide/speculative.md cites them in full):
 
 - ``num_speculative_tokens``: vLLM has no default; null takes the value of vLLM's documented example for the
-  method: 3 for EAGLE (docs.vllm.ai, Speculative Decoding, EAGLE), 1 for MTP (DeepSeek-V3 predicts one extra
-  token, D = 1, DeepSeek-V3 Technical Report §2.2), 5 for a draft model and for n-gram (the same page's
-  draft-model and n-gram examples).
-- the acceptance rate per drafted position: 0.8 for EAGLE (EAGLE, Li et al., ICML 2024: an acceptance rate of
-  about 0.8 for its chain drafts, against about 0.6 for Medusa's heads); 0.85 for MTP (DeepSeek-V3 Technical
-  Report §5.4.3: "the acceptance rate of the second token prediction ranges between 85% and 90%", the low
-  end). A draft model's and n-gram matching's rates depend on the pair and on the text (Leviathan et al.,
-  2023, measure 0.5 to 0.9 over their pairs and tasks): those methods need a rate given.
+  method: 3 for EAGLE (docs.vllm.ai, Speculative Decoding, EAGLE), 1 for MTP (the DeepSeek-V3 Technical
+  Report's MTP depth D = 1), 5 for a draft model and for n-gram (the same page's draft-model and n-gram
+  examples).
+- the acceptance rate per drafted position: 0.8 for EAGLE (EAGLE, Li et al., ICML 2024: its drafts are
+  accepted about 80% of the time, Medusa's heads about 60%); 0.85 for MTP (DeepSeek-V3 Technical Report:
+  "the acceptance rate of the second token prediction ranges between 85% and 90%", the low end). A draft
+  model's and n-gram matching's rates depend on the pair and on the text (Leviathan et al., 2023, measure
+  about 0.5 to 0.9 over their pairs and tasks): those methods need a rate given.
 """
 
 from __future__ import annotations
