@@ -152,3 +152,21 @@ def test_a_bad_speculative_value_exits_2_on_the_command_line():
     proc = run_module("distsim", "workload.num_requests=5", "cluster.engine.speculative.method=eagle",
                       "cluster.engine.speculative.acceptance_rate=2")
     assert_user_error(proc, 2, "cluster.engine.speculative.acceptance_rate")
+
+
+def test_a_cancelled_hedge_copy_frees_its_drafts_slots():
+    """Hedging cancels the losing copy, decoding or not (leave_running): the speculating engine's blocks,
+    drafts' slots included, all come back, with the invariants checked after every event."""
+    from omegaconf import OmegaConf
+
+    from distsim.cluster import settings as cluster_settings
+    from distsim.config.schema import PolicyConfig
+
+    node = OmegaConf.structured(PolicyConfig)
+    node.hedge.delay_ms = 0.2
+    reqs = requests(40, seed=4, gap_us=100.0, output=(20, 60))
+    sim = run(reqs, engine(speculative=spec(3, 0.8)), instances=2, check_every_event=True,
+              policy_cfg=cluster_settings.policy(node))
+    assert sim.checks > 0 and sim.cluster.hedger.cancelled > 0
+    for inst in sim.cluster.instances:
+        assert inst.kv.available() == inst.kv.total and not inst.running
