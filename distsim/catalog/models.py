@@ -807,25 +807,52 @@ def _canonical_model_name(name: str) -> str | None:
 
 @cache
 def _load_catalog_model(name: str) -> ModelSpec:
-    ref = resources.files("distsim.catalog").joinpath("data", "models", _MODEL_FILES[name])
-    with resources.as_file(ref) as path:
-        cfg = read_config_file(path)
-    return model_from_hf_config(cfg, name, _MODEL_FILES[name])
+    cfg, _, where = _config_of(name, "cluster.model")
+    return model_from_hf_config(cfg, name, where)
 
 
 def load_model(name_or_path: str, key: str = "cluster.model") -> ModelSpec:
     """A catalog model by name (case-insensitive), or any HF config.json by path (file or its folder)."""
     text = str(name_or_path)
+    canonical = _canonical_model_name(text)
+    if canonical is not None and not Path(text).expanduser().exists():
+        return _load_catalog_model(canonical)
+    cfg, name, where = _config_of(text, key)
+    return model_from_hf_config(cfg, name, where, key)
+
+
+def load_head_model(name_or_path: str, key: str = "cluster.model") -> ModelSpec:
+    """One decoder layer of ``name_or_path``'s architecture, with its embedding and LM head: a speculative
+    head (an EAGLE head, DeepSeek-V3's MTP module) as the step models price it."""
+    cfg, name, where = _config_of(str(name_or_path), key)
+    cfg = dict(cfg)
+    node = cfg.get("text_config")
+    if isinstance(node, dict) and "num_hidden_layers" in node:  # a multimodal config's language model
+        cfg["text_config"] = node = dict(node)
+    else:
+        node = cfg
+    node["num_hidden_layers"] = 1
+    for lists in ("layer_types", "mlp_only_layers"):  # per-layer lists: the first layer's entry
+        if isinstance(node.get(lists), list):
+            node[lists] = node[lists][:1]
+    if node.get("first_k_dense_replace"):  # DeepSeek's MTP module is a MoE block
+        node["first_k_dense_replace"] = 0
+    return model_from_hf_config(cfg, f"{name} (1-layer head)", where, key)
+
+
+def _config_of(text: str, key: str) -> tuple[dict[str, Any], str, str]:
+    """The HF config a model name or path names, its model name and where it came from."""
     path = Path(text).expanduser()
     canonical = _canonical_model_name(text)
     if canonical is not None and not path.exists():
-        return _load_catalog_model(canonical)
+        ref = resources.files("distsim.catalog").joinpath("data", "models", _MODEL_FILES[canonical])
+        with resources.as_file(ref) as file:
+            return read_config_file(file), canonical, _MODEL_FILES[canonical]
     if path.is_dir():
         path = path / "config.json"
     if path.suffix == ".json" or path.exists():
-        cfg = read_config_file(path)
         name = path.parent.name if path.name == "config.json" else path.stem
-        return model_from_hf_config(cfg, name, str(path), key)
+        return read_config_file(path), name, str(path)
     raise ConfigError(
         key, f"unknown model {text!r}; known: {', '.join(MODEL_NAMES)}; or give a path to a config.json"
     )

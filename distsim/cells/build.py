@@ -54,7 +54,7 @@ def build_fleet(
         for c in range(n):
             instances, pool_of = build_instances(
                 share, loop, fast_forward, first=c * size, first_group=c * groups, instance_cls=instance_cls,
-                cancellable=policy.hedge.enabled,
+                cancellable=policy.hedge.enabled, seed=seed,
             )
             clusters.append(assemble(  # the fleet subscribes to each cell's records
                 instances, pool_of, policy, signals, transfer, loop, None, seed=seed, slo=slo, frontend=frontend,

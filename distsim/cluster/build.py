@@ -38,21 +38,31 @@ PREFIX_CHUNK_TOKENS = 64  # the router's prefix index keys 64-token chunks, as l
 
 def build_instances(
     pools: Sequence[PoolSpec], loop: EventLoop, fast_forward: bool, *, first: int = 0, first_group: int = 0,
-    instance_cls: type[Instance] = Instance, cancellable: bool = False,
+    instance_cls: type[Instance] = Instance, cancellable: bool = False, seed: int = 0,
 ) -> tuple[list[Instance], list[PoolSpec]]:
     """One Instance per engine, numbered in pool order from ``first``: a configured instance with
     data_parallel_size N is N consecutive engines sharing one ``dp_group`` (the configured instance's
     number, from ``first_group``); and each engine's pool. ``instance_cls``: Instance, or a subclass such
     as distsim.instance.observed.ObservedInstance when a timeline listens to the steps; ``cancellable``:
-    the cluster hedges, so its engines can cancel requests (policy.hedge)."""
+    the cluster hedges, so its engines can cancel requests (policy.hedge). A pool that speculates builds
+    ``instance_cls`` with the speculative step cycle (distsim.instance.speculative.engine), each engine
+    drawing its acceptances from a stream of its own ("speculative/<engine>" under ``seed``)."""
     instances: list[Instance] = []
     pool_of: list[PoolSpec] = []
     group = first_group
     for pool in pools:
+        cls, extra = instance_cls, {}
+        if pool.engine.speculative is not None:
+            from distsim.instance.speculative.engine import speculative_class
+
+            cls = speculative_class(instance_cls)
         for _ in range(pool.built_count):
             for _ in range(pool.data_parallel_size):
-                inst = instance_cls(
-                    first + len(instances),
+                index = first + len(instances)
+                if cls is not instance_cls:
+                    extra = {"rng": stream(seed, f"speculative/{index}")}
+                inst = cls(
+                    index,
                     pool.engine,
                     pool.latency,
                     loop,
@@ -64,6 +74,7 @@ def build_instances(
                     dp_group=group,
                     cpu=cpu_tier(pool),
                     cancellable=cancellable,
+                    **extra,
                 )
                 instances.append(inst)
                 pool_of.append(pool)
@@ -143,7 +154,7 @@ def build_cluster(
     builder, distsim.world, unless the cells build a fleet; it then attaches the features); its engines are
     ``instance_cls`` objects."""
     instances, pool_of = build_instances(
-        pools, loop, fast_forward, instance_cls=instance_cls, cancellable=policy.hedge.enabled
+        pools, loop, fast_forward, instance_cls=instance_cls, cancellable=policy.hedge.enabled, seed=seed
     )
     return assemble(instances, pool_of, policy, signals, transfer, loop, recorder, seed=seed, slo=slo, frontend=frontend)
 

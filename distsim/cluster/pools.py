@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
@@ -16,6 +16,7 @@ from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
+from distsim.instance.speculative.settings import resolve_speculative
 from distsim.typed_merge import merge_onto
 
 if TYPE_CHECKING:
@@ -132,9 +133,18 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     params = _engine_params(engine, model, hardware, engine_key, cluster.gpus_per_node)
     ep = bool(engine.enable_expert_parallel)
     checks.expert_parallel(ep, model, engine_key, tp, dp)
-    latency = build_latency_model(latency_cfg, LatencyContext(
+    latency_ctx = LatencyContext(
         model, hardware, tp, dp, ep, params.max_num_seqs, params.max_num_batched_tokens, params.async_scheduling
-    ))
+    )
+    speculative = resolve_speculative(engine.get("speculative"), f"{engine_key}.speculative", latency_cfg, latency_ctx,
+                                      cluster.model)
+    if speculative is not None:
+        if raw["role"] != "mixed":
+            raise ConfigError(f"{engine_key}.speculative.method", "speculative decoding is modelled on mixed pools only"
+                              " (not under P/D disaggregation)")
+        params = replace(params, speculative=speculative)
+        latency_ctx = replace(latency_ctx, speculative_tokens=speculative.k)
+    latency = build_latency_model(latency_cfg, latency_ctx)
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
         "cluster.instances" if key == "cluster" else f"{key}.count", model.weight_bytes_per_gpu(tp, dp if ep else 1),

@@ -23,6 +23,20 @@ from distsim.workload.schema import WorkloadConfig
 
 
 @dataclass
+class SpeculativeConfig:
+    """Speculative decoding (vLLM's ``speculative_config``; distsim/instance/speculative): a draft proposes
+    num_speculative_tokens per sequence, the target verifies them in one step. Null values take the method's
+    default (docs/guide/speculative.md cites each)."""
+
+    method: str = "none"  # none | draft_model | eagle | mtp | ngram
+    num_speculative_tokens: int | None = None  # draft length k (null: 5 draft_model, 3 eagle, 1 mtp, 5 ngram)
+    acceptance_rate: float | None = None  # per drafted position, the same at each (null: 0.8 eagle, 0.85 mtp)
+    acceptance_profile: list[float] | None = None  # or one rate per position, each given the earlier accepted
+    draft_model: str | None = None  # method draft_model: a catalog model (priced on the same GPUs)
+    head_cost_us: float | None = None  # GPU time of one draft pass, instead of pricing the draft or head
+
+
+@dataclass
 class EngineConfig:
     """vLLM engine settings, with vLLM's names."""
 
@@ -49,6 +63,7 @@ class EngineConfig:
     # or the oldest has waited the window
     prefill_batch_min: int | None = None  # null: the window alone closes a batch
     prefill_batch_window_ms: float | None = None  # null: off (continuous batching)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
 
 
 @dataclass

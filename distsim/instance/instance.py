@@ -30,6 +30,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from distsim.events.loop import PRIO_INSTANCE, EventLoop
 from distsim.instance.batching import PrefillBatcher, batching_on
@@ -49,6 +50,9 @@ from distsim.instance.scheduler import Scheduler
 from distsim.instance.sequence import SeqState
 from distsim.instance.stats import InstanceStats
 from distsim.request import Request, Status
+
+if TYPE_CHECKING:
+    from distsim.instance.speculative.settings import SpeculativeSettings
 
 # module globals for the hot path: reading Phase.X goes through the enum's metaclass (~0.2 us a time)
 WAITING, PREFILL, DECODE, DONE, HANDED_OFF = Phase
@@ -77,6 +81,7 @@ class EngineParams:
     prefill_batch_min: int | None  # windowed prefill batching (distsim.instance.batching); None: no min
     prefill_batch_window_us: int  # the batching window; 0: off (continuous batching)
     scheduler_aging_per_s: float = 0.0  # an ordered queue's aging (distsim.instance.queues.keyed); 0: none
+    speculative: SpeculativeSettings | None = None  # speculative decoding (distsim.instance.speculative); None: off
 
 
 class Instance(Scheduler):

@@ -190,8 +190,7 @@ class Scheduler:
             req = order[i]
             seq = req.seq
             if seq.phase == DECODE:
-                n = 1
-                nb = 1 if (req.prompt_tokens + seq.decode_offset + c - 1) % self.bs == 0 else 0
+                n, nb = self._decoder_claim(req, c)
             elif budget <= 0:
                 i += 1
                 continue
@@ -204,10 +203,19 @@ class Scheduler:
                 self._allocate_chunk(seq, n)
                 chunks.append((req, n))
             else:
-                self.kv.allocate(nb)
+                self._take_decoder(req, n, nb)
             budget -= n
             i += 1
         return chunks, budget
+
+    def _decoder_claim(self, req: Request, c: int) -> tuple[int, int]:
+        """A decoder's tokens in step ``c`` and the blocks they need (one token; a speculating engine,
+        distsim.instance.speculative.engine, claims its drafts too)."""
+        return 1, (1 if (req.prompt_tokens + req.seq.decode_offset + c - 1) % self.bs == 0 else 0)
+
+    def _take_decoder(self, req: Request, n: int, nb: int) -> None:
+        """Give a decoder the ``nb`` blocks of its ``n`` tokens (the caller made room)."""
+        self.kv.allocate(nb)
 
     def _make_room(self, nb: int, req: Request, order: list[Request], now: int) -> bool:
         """Preempt the newest of ``order`` until ``nb`` blocks are available; False if ``req`` itself went."""

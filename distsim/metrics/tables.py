@@ -105,6 +105,8 @@ def instance_table(cluster: World) -> Table:
         columns = {"instance": columns.pop("instance"), "dp_group": dp_groups, **columns}
     if any(inst.cpu is not None for inst in cluster.instances):  # a CPU KV tier somewhere: its counters
         columns.update(cpu_tier_columns(cluster.instances))
+    if any(inst.params.speculative is not None for inst in cluster.instances):  # speculative decoding somewhere
+        columns.update(speculative_columns(cluster.instances))
     table = Table()
     for name, values in columns.items():
         table.add(name, values, _INSTANCE_KINDS.get(name, "float64" if name.endswith("_ms") else "int64"))
@@ -113,7 +115,8 @@ def instance_table(cluster: World) -> Table:
 
 # instances.parquet's columns that are neither counts (int64) nor milliseconds (float64)
 _INSTANCE_KINDS = {"pool": "str", "role": "str", "hardware": "str", "price_usd_per_gpu_hour": "float64",
-                   "peak_kv_utilization": "float64", "mig_profile": "str", "gpu_fraction": "float64"}
+                   "peak_kv_utilization": "float64", "mig_profile": "str", "gpu_fraction": "float64",
+                   "spec_tokens_per_step": "float64"}
 
 
 def cpu_tier_columns(instances: Sequence[Instance]) -> dict[str, list]:
@@ -128,6 +131,18 @@ def cpu_tier_columns(instances: Sequence[Instance]) -> dict[str, list]:
         "cpu_hit_tokens": [t.hit_blocks * bs if t else 0 for t, bs in tiers],
         "cpu_load_ms": [t.load_us / 1000.0 if t else 0.0 for t, _ in tiers],
         "cpu_store_ms": [t.store_us / 1000.0 if t else 0.0 for t, _ in tiers],
+    }
+
+
+def speculative_columns(instances: Sequence[Instance]) -> dict[str, list]:
+    """instances.parquet's speculative decoding columns (zeros for an engine that does not speculate):
+    sequence-steps verified, tokens drafted, drafts accepted, and the tokens per verified sequence-step."""
+    sets = [inst.decoders if inst.params.speculative is not None else None for inst in instances]
+    return {
+        "spec_verify_steps": [d.steps if d else 0 for d in sets],
+        "spec_drafted_tokens": [d.drafted if d else 0 for d in sets],
+        "spec_accepted_tokens": [d.accepted if d else 0 for d in sets],
+        "spec_tokens_per_step": [d.emitted / d.steps if d and d.steps else 0.0 for d in sets],
     }
 
 

@@ -94,6 +94,7 @@ class LatencyContext:
     max_num_seqs: int = 256  # the engine's: its CUDA-graph capture sizes follow from them (serving.py)
     max_num_batched_tokens: int = 2048
     async_scheduling: bool = True  # vLLM's --async-scheduling: host work overlaps the GPU step
+    speculative_tokens: int = 0  # drafts per sequence per step (speculative decoding): the capture sizes follow
 
 
 LatencyFactory = Callable[[Any, LatencyContext], LatencyModel]

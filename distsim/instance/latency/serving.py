@@ -10,7 +10,8 @@ Every threshold below is vLLM's, cited in docs/data/serving_sources.md:
   matmuls and elementwise kernels inside the graph, attention outside it); the padded rows cost what
   real rows cost in the matmuls and the per-token kernels. The logits are computed outside the graph,
   on the sampled rows only. Captured sizes: 1, 2, 4, then every 8 below 256, then every 16, up to
-  min(2 max_num_seqs, 512) and at most max_num_batched_tokens (vllm/config/vllm.py). A batch above the
+  min(2 max_num_seqs, 512) and at most max_num_batched_tokens (vllm/config/vllm.py); with k speculative
+  tokens each is rounded up to a multiple of k + 1 (vllm/config/compilation.py). A batch above the
   largest size (or every batch, with graphs off) runs eagerly: the GPU idles between kernels shorter
   than their launch, ``eager_layer_overhead_us`` per layer (an H100's decode stack eager against its
   graph replay at 257-512 rows, docs/data/h100_serving).
@@ -90,12 +91,18 @@ class ServingSettings:
     sampler: str = "auto"  # the sampling path (SAMPLERS: its measured terms unless set); auto: the model's defaults
 
 
-def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
-    """vLLM's default CUDA-graph capture sizes for these engine settings (vllm/config/vllm.py)."""
+def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, speculative_tokens: int = 0) -> tuple[int, ...]:
+    """vLLM's default CUDA-graph capture sizes for these engine settings (vllm/config/vllm.py). Under
+    speculative decoding with k drafts vLLM rounds each size up to a multiple of k + 1 and drops those past
+    the largest (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode, vllm/config/compilation.py): a
+    verify batch of b sequences has b (k + 1) rows."""
     top = min(min(2 * max_num_seqs, 512), max_num_batched_tokens)
     sizes = [s for s in (1, 2, 4) if s <= top]
     sizes += range(8, min(top + 1, 256), 8)
     sizes += range(256, top + 1, 16)
+    q = speculative_tokens + 1
+    if q > 1 and sizes:
+        sizes = sorted({r for r in (-(-s // q) * q for s in sizes) if r <= top}) or ([q] if q <= top else [])
     return tuple(sizes)
 
 
@@ -184,7 +191,10 @@ class ServingLayer:
                     custom_latency_us, hw.host_link_gbps_per_dir, custom_link_efficiency)
         self._ar_bytes = m.hidden_size * 2  # activations are bf16 (FP8 checkpoints too)
         self._n_ar = 2 * m.num_layers if tp > 1 else 0
-        self.sizes = capture_sizes(ctx.max_num_seqs, ctx.max_num_batched_tokens) if settings.cuda_graphs else ()
+        self.sizes = (
+            capture_sizes(ctx.max_num_seqs, ctx.max_num_batched_tokens, ctx.speculative_tokens)
+            if settings.cuda_graphs else ()
+        )
         self._comm: dict[int, float] = {}
 
     def captured(self, tokens: int) -> bool:
