@@ -829,3 +829,17 @@ def load_model(name_or_path: str, key: str = "cluster.model") -> ModelSpec:
     raise ConfigError(
         key, f"unknown model {text!r}; known: {', '.join(MODEL_NAMES)}; or give a path to a config.json"
     )
+
+
+def model_config(name_or_path: str, key: str = "cluster.model") -> dict[str, Any]:
+    """The config.json dict that :func:`load_model` reads for ``name_or_path`` (a catalog model's shipped
+    file, or the given file or folder's config.json): what a profile copies beside its tables."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    canonical = _canonical_model_name(text)
+    if canonical is not None and not path.exists():
+        ref = resources.files("distsim.catalog").joinpath("data", "models", _MODEL_FILES[canonical])
+        with resources.as_file(ref) as shipped:
+            return read_config_file(shipped)
+    load_model(text, key)  # the same refusals as a model that is run
+    return read_config_file(path / "config.json" if path.is_dir() else path)
