@@ -27,6 +27,8 @@ class TorchBackend:
         self.cuda = self.dev.type == "cuda"
         self.dtype = torch.bfloat16 if self.cuda else torch.float32
         self.graphs = self.cuda  # CUDA graphs when capture works (a closure that cannot be captured runs eagerly)
+        if not self.cuda:  # one thread, as the numpy backend: a shared CPU's thread pool makes timings jump
+            torch.set_num_threads(1)
         self._gen = torch.Generator(device=self.dev).manual_seed(0)
 
     def device(self) -> DeviceInfo:
@@ -36,7 +38,7 @@ class TorchBackend:
             return DeviceInfo(props.name, int(props.total_memory), t.cuda.device_count(), "bfloat16", 2)
         from distsim.profile.backends.numpy_backend import _memory
 
-        return DeviceInfo(f"CPU (torch {t.__version__})", _memory()[0], 1, "float32", 4)
+        return DeviceInfo(f"CPU (torch {t.__version__}, 1 thread)", _memory()[0], 1, "float32", 4)
 
     def free_bytes(self) -> int:
         if self.cuda:
