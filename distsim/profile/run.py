@@ -28,6 +28,7 @@ class Profile:
     gemm: list[dict] = field(default_factory=list)
     attention: list[dict] = field(default_factory=list)
     sampler: list[dict] = field(default_factory=list)
+    all_reduce: list[dict] = field(default_factory=list)
     peaks: micro.Peaks | None = None
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -54,6 +55,9 @@ def profile(
         out.attention = micro.attention(b, shard, grid, target_s)
         out.sampler = micro.sampler(b, grid, model.vocab_size, target_s)
         out.peaks = micro.with_gemms(out.peaks, out.gemm)
+        reduce = getattr(b, "all_reduce", None)
+        if reduce is not None and device.count > 1:
+            out.all_reduce = reduce(grid.all_reduce_bytes, target_s)
     forward = DenseForward(b, shard)
     steps = steps_of(grid)
     for i, step in enumerate(steps):

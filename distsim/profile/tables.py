@@ -54,6 +54,8 @@ def write_profile(
     steps["gpu"], steps["tp"], steps["layers_measured"] = p.device.name, tp, p.shard.layers
     steps["cuda_graph"], steps["backend"] = graphs, backend
     outputs.write_csv(out / f"{stem}.csv", steps[list(STEP_COLUMNS)])
+    if p.all_reduce:
+        outputs.write_csv(out / "micro_all_reduce.csv", _frame(p.all_reduce, gpu=p.device.name))
     for name, rows in (("micro_gemm", p.gemm), ("micro_attention", p.attention), ("micro_sampler", p.sampler)):
         if rows:
             outputs.write_csv(out / f"{name}_{stem}.csv", _frame(rows, gpu=p.device.name))
@@ -98,6 +100,7 @@ def readme(p: Profile, stem: str, model: str, tp: int, backend: str, graphs: boo
         f"- `micro_peak.csv`: measured peaks: {p.peaks.matmul_tflops:.4g} TFLOP/s (square matmul), "
         f"{p.peaks.copy_tbps:.4g} TB/s (copy, read + write)",
         "- `profile.json`: the table's model config and the device, for the step reader",
+        *(["- `micro_all_reduce.csv`: all-reduce by bytes and group size (distsim/profile/collectives.py)"] if p.all_reduce else []),
         "",
         "Fit the step model to it: `python -m distsim.calibrate steps THIS_FOLDER --fit --out FIT`.",
     ]

@@ -105,6 +105,12 @@ class TorchBackend:
         u = self.torch.rand(logits.shape, device=self.dev, dtype=self.torch.float32).clamp_(1e-10, 1.0)
         return (logits.float() - (-u.log()).log()).argmax(dim=-1)
 
+    def all_reduce(self, sizes: Sequence[int], target_s: float) -> list[dict]:
+        """All-reduce by size over every device this backend sees (distsim.profile.collectives)."""
+        from distsim.profile.collectives import all_reduce_rows
+
+        return all_reduce_rows(self.device().count, sizes, target_s, self.cuda)
+
     def sync(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize(self.dev)
