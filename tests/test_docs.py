@@ -106,7 +106,7 @@ def test_the_readme_is_a_front_door():
     assert len(text.splitlines()) <= 250
     assert '    pip install -e ".[test]"' in text and "    python -m distsim " in text and "pytest -q" in text
     commands = re.search(r"## Main commands\n\n((?:    .*\n)+)", text).group(1).splitlines()
-    assert len(commands) == 10 and all("#" in line for line in commands)  # ten commands, one line each
+    assert len(commands) == 11 and all("#" in line for line in commands)  # eleven commands, one line each
     for link in re.findall(r"\]\(([^)#]+)", text):
         assert link.startswith("http") or (ROOT / link).exists(), link
 

@@ -56,6 +56,7 @@ BAD_OUT = {
     "distsim.calibrate runs": ["runs", FIDELITY_RUN, "--iterations", "1", "--workers", "1", "--out", "OUT/fit.json"],
     "distsim.calibrate validate": ["validate", FIDELITY_RUN, "--out", "OUT"],
     "distsim.calibrate report": ["report", "FIT", "--out", "OUT/fit.md"],
+    "distsim.profile": ["--model", str(ROOT / "tests" / "fixtures" / "profile" / "tiny-llama.json"), "--backend", "numpy", "--grid", "tiny", "--out", "OUT"],
     "distsim.workload.traces.reuse": None,  # prints two figures, writes no file
     "distsim.workload.traces.otel": [str(ROOT / "tests" / "fixtures" / "traces" / "otel_genai_agent.jsonl"), "OUT/sessions.csv"],
 }

@@ -50,7 +50,7 @@ Conventions (documented because each is a modelling choice):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -58,7 +58,7 @@ from typing import Any
 
 from distsim import inputs
 from distsim.catalog.fields import MAX_LAYERS, MAX_SIZE, FieldReader
-from distsim.errors import ConfigError
+from distsim.errors import ConfigError, InputFileError
 from distsim.inputs import excerpt
 
 FP8_SCALE_BYTES = 4  # vLLM holds FP8 weight scales (per tensor, channel or block) in float32
@@ -122,6 +122,9 @@ class ModelSpec:
     lm_head_weight_bytes: float = 0.0
     kv_cache_bytes: int = 0  # bytes per cached K/V value; 0: dtype_bytes (vLLM's kv_cache_dtype=auto)
     quant_method: str = ""  # "" (unquantised), "fp8" (W8A8: matmuls on FP8 tensor cores) or "mxfp4"
+    # the sampling defaults of a generation_config.json beside the config.json (temperature, top_p,
+    # top_k): vLLM applies them to requests that set none; () when there is no such file
+    generation_defaults: tuple[tuple[str, float], ...] = ()
 
     @property
     def fp8_matmuls(self) -> bool:
@@ -818,7 +821,9 @@ def load_model(name_or_path: str, key: str = "cluster.model") -> ModelSpec:
     if canonical is not None and not Path(text).expanduser().exists():
         return _load_catalog_model(canonical)
     cfg, name, where = _config_of(text, key)
-    return model_from_hf_config(cfg, name, where, key)
+    spec = model_from_hf_config(cfg, name, where, key)
+    generation = read_generation_defaults(Path(where).parent / GENERATION_CONFIG)
+    return replace(spec, generation_defaults=generation) if generation else spec
 
 
 def load_head_model(name_or_path: str, key: str = "cluster.model") -> ModelSpec:
@@ -856,3 +861,32 @@ def _config_of(text: str, key: str) -> tuple[dict[str, Any], str, str]:
     raise ConfigError(
         key, f"unknown model {text!r}; known: {', '.join(MODEL_NAMES)}; or give a path to a config.json"
     )
+
+
+GENERATION_CONFIG = "generation_config.json"  # a Hugging Face snapshot's sampling defaults
+GENERATION_KEYS = ("temperature", "top_p", "top_k")  # what picks vLLM's sampling path
+
+
+def read_generation_defaults(path: Path) -> tuple[tuple[str, float], ...]:
+    """The sampling defaults of a model folder's generation_config.json (() when there is none): vLLM's
+    ``--generation-config auto`` (its default) applies them to every request that sets none, so they pick
+    the sampler's path (instance/latency/serving.py). A value that is not a number is the file's error."""
+    if not path.is_file():
+        return ()
+    data = inputs.read_json(path, what="a JSON object (a Hugging Face generation_config.json)")
+    out = []
+    for key in GENERATION_KEYS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise InputFileError(path, f"'{key}' must be a number (got {excerpt(value)})")
+        out.append((key, float(value)))
+    return tuple(out)
+
+
+def model_config(name_or_path: str, key: str = "cluster.model") -> dict[str, Any]:
+    """The config.json dict that :func:`load_model` reads for ``name_or_path`` (a catalog model's shipped
+    file, or the given file or folder's config.json): what a profile copies beside its tables."""
+    load_model(str(name_or_path), key)  # the same refusals as a model that is run
+    return _config_of(str(name_or_path), key)[0]

@@ -85,7 +85,7 @@ def kernel_us(latency: LatencyModel, shape) -> float:
 
 def table_models(table: StepTable, settings: LatencySettings, values: Mapping[str, float] = {}) -> list[LatencyModel]:
     """The latency model of each row of ``table`` (one per distinct routing skew; its GPU and TP)."""
-    hardware = load_hardware(table.hardware)
+    hardware = table.gpu()
     skews = table.skews()
     models_skew = "routing_skew" in coefficients_by_kind().get(settings.node.kind, ())
     built: dict[float, LatencyModel] = {}

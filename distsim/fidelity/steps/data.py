@@ -25,6 +25,11 @@ What each table is compared with:
   128 experts (README, "Expert-load skew"); moe_skew.csv's uniform rows replace them;
 - moe_skew.csv's Zipf rows at their skew (``cluster.latency.routing_skew`` = the row's ``s``); its router
   rows are left out (no skew to give them).
+
+A folder that ``python -m distsim.profile`` wrote has a ``profile.json`` (:func:`profile_tables`): its
+tables are read too, each with the model config it names beside it (any model, tiny ones included) and,
+when its ``gpu`` is no catalog GPU (a CPU, a GPU the catalog lacks), the device's measured peaks in
+place of a datasheet.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from distsim import inputs
-from distsim.catalog import ModelSpec, load_hardware, load_model
+from distsim.catalog import HardwareSpec, ModelSpec, load_hardware, load_model
 from distsim.catalog.hardware import HARDWARE_NAMES
 from distsim.errors import InputFileError
 from distsim.instance.latency.base import StepShape
@@ -89,6 +94,11 @@ class StepTable:
     hardware: str = "H100"  # the catalog GPU the steps were measured on
     tp: int = 1  # the tensor-parallel degree whose per-GPU shapes were measured (no collectives)
     group: str = ""  # the model, for leave-one-model-out (the name when empty)
+    device: HardwareSpec | None = None  # a profiled device the catalog lacks: its measured peaks
+
+    def gpu(self) -> HardwareSpec:
+        """The GPU (or device) the steps are priced on."""
+        return self.device or load_hardware(self.hardware)
 
     @property
     def moe(self) -> bool:
@@ -386,13 +396,58 @@ def read_table(path: Path, name: str) -> StepTable:
     return read_tables(path, name, folder_gpu(path.parent))[0]
 
 
+MANIFEST = "profile.json"  # distsim.profile.tables.MANIFEST
+
+
+def _device(manifest: dict, path: Path) -> HardwareSpec:
+    """A profiled device as the step model prices it: its measured matmul rate and copy bandwidth as
+    its peaks (so the fitted efficiencies are fractions of what it measured); no link or price (the
+    tables hold no collectives and cost nothing)."""
+    d = manifest.get("device")
+    try:
+        name, tflops, tbps = str(d["name"]), float(d["matmul_tflops"]), float(d["copy_tbps"])
+        memory = int(d["memory_bytes"])
+    except (TypeError, KeyError, ValueError):
+        raise InputFileError(path, "'device' must hold name, matmul_tflops, copy_tbps and memory_bytes") from None
+    if not (tflops > 0 and tbps > 0 and math.isfinite(tflops) and math.isfinite(tbps)):
+        raise InputFileError(path, f"'device' peaks must be positive numbers (got {tflops}, {tbps})")
+    return HardwareSpec(name, tflops, tbps, memory, link_gbps_per_dir=1.0, price_usd_per_gpu_hour=0.0, gpus_per_node=1)
+
+
+def profile_tables(root: Path) -> list[StepTable]:
+    """The step tables a profile's ``profile.json`` lists (none without one)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return []
+    manifest = inputs.read_json(path, what="a profile manifest (python -m distsim.profile)")
+    tables = manifest.get("tables")
+    if not isinstance(tables, dict) or not tables:
+        raise InputFileError(path, "'tables' must map each step table's name to its model config")
+    out = []
+    for stem, spec in tables.items():
+        table = root / f"{stem}.csv"
+        if not table.is_file():
+            raise InputFileError(path, f"lists {stem!r} but {table.name} is not in the folder")
+        frame = read_frame(table)
+        model = _model_path(root, str(spec), path)
+        names = frame["gpu"].dropna().astype(str).str.strip().unique() if "gpu" in frame.columns else []
+        if len(names) == 1 and hardware_named(names[0]) is None:
+            built = _table(frame.drop(columns="gpu"), table, stem, model, "H100")
+            out.append(replace(built, hardware=names[0], device=_device(manifest, path)))
+        else:
+            out.append(_table(frame, table, stem, model, None))
+    return out
+
+
 def read_steps(folder: str | Path) -> list[StepTable]:
-    """The primary tables present in ``folder``, in :data:`PRIMARY` order (at least one)."""
+    """The primary tables present in ``folder``, in :data:`PRIMARY` order, then a profile's
+    (:func:`profile_tables`); at least one."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise InputFileError(root, "not a folder (expected step tables such as llama-3.1-8b.csv)")
     gpu = folder_gpu(root)
     tables = [t for name in PRIMARY if (root / f"{name}.csv").exists() for t in read_tables(root / f"{name}.csv", name, gpu)]
+    tables += profile_tables(root)
     if not tables:
-        raise InputFileError(root, f"no step table: expected one of {', '.join(f'{n}.csv' for n in PRIMARY)}")
+        raise InputFileError(root, f"no step table: expected one of {', '.join(f'{n}.csv' for n in PRIMARY)} or a {MANIFEST}")
     return tables

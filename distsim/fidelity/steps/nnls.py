@@ -154,7 +154,8 @@ def fit_basis(
         a = m[:, free] * scale[:, None]
         rest = np.delete(np.arange(len(LINEAR)), free)
         b = (d.measured - d.fixed - m[:, rest] @ beta[rest]) * scale
-        beta[free] = lsq_linear(a, b, bounds=(lo, hi), method="bvls").x
+        # BVLS may end a hair outside a bound (-1e-15 for an overhead at 0): a value the config refuses
+        beta[free] = np.clip(lsq_linear(a, b, bounds=(lo, hi), method="bvls").x, lo, hi)
         if side == last:
             break
         last = side

@@ -573,7 +573,7 @@ def _build(cfg: Any, ctx: LatencyContext) -> Roofline3Latency:
     ctx.model.check_tensor_parallel(ctx.tensor_parallel_size)
     serving = settings_from(cfg)
     # the sampling path's measured terms, for those the config leaves null
-    path = dict(zip(SAMPLER_TERMS, SAMPLERS[sampler_path(serving.sampler, ctx.model.name)]))
+    path = dict(zip(SAMPLER_TERMS, SAMPLERS[sampler_path(serving.sampler, ctx.model.name, dict(ctx.model.generation_defaults))]))
     base = gpu_defaults(ctx.hardware)
     defaults = replace(base, **{k: v for k, v in path.items() if cfg is None or cfg.get(k) is None})
     return Roofline3Latency(ctx, coefficients_from(cfg, defaults), serving)

@@ -141,14 +141,15 @@ def generation_defaults(model_name: str) -> dict[str, Any] | None:
     return table.get(key) or table.get(key.rsplit("/", 1)[-1])
 
 
-def sampler_path(sampler: str, model_name: str) -> str:
+def sampler_path(sampler: str, model_name: str, own: dict[str, Any] | None = None) -> str:
     """The sampling path a step takes: ``sampler`` itself, or for ``auto`` the one the model's
     generation defaults select when requests set no sampling parameters (vLLM's Sampler: greedy below
     a temperature of 1e-5, a top-k/top-p filter, a sort of every row, when top_p < 1 or top_k > 0,
-    else plain temperature sampling; a model without defaults samples at vLLM's temperature 1)."""
+    else plain temperature sampling; a model without defaults samples at vLLM's temperature 1). ``own``:
+    the defaults of the model folder's own generation_config.json, ahead of the catalog's table."""
     if sampler != "auto":
         return sampler
-    gen = generation_defaults(model_name) or {}
+    gen = own or generation_defaults(model_name) or {}
     if float(gen.get("temperature", 1.0)) < GREEDY_TEMPERATURE:
         return "greedy"
     if float(gen.get("top_p", 1.0)) < 1.0 or int(gen.get("top_k", 0)) > 0:

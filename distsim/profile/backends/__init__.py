@@ -1,0 +1,1 @@
+"""The profiler backends (each module registers one in distsim.profile.backend.BACKENDS)."""
