@@ -33,6 +33,7 @@ TRACE_SIZE = {"workload.max_rows": 300}
 COMPANIONS = {
     "workload=mixed_70_20_10": ["cluster=mixed_fleet"],
     "policy=llmd": [f"policy.routing.endpoint_picker={Path(__file__).parent / 'data/endpoint_picker/prefix_load.yaml'}"],
+    "policy=pd_decider": ["cluster=pd_disagg"],  # a P/D decider decides only on a P/D fleet
 }
 # the warnings an option gives by design (anything else it warns fails the suite): a request of the Mooncake
 # synthetic trace's first 300 is longer than Llama-3.1-8B's context and is rejected, as vLLM rejects it
