@@ -80,6 +80,7 @@ FEATURES: tuple[Entry, ...] = (
     Entry("clients", "distsim.closedloop.clients:ClientsFeature", lambda p: _reports_on(p, "clients")),
     Entry("sessions", "distsim.closedloop.sessions:SessionsFeature", lambda p: _reports_on(p, "sessions")),
     Entry("cells", "distsim.cells.feature:CellsFeature", lambda p: p.cells is not None and p.cells.enabled),
+    Entry("sheddable", "distsim.metrics.shedding:SheddingFeature", lambda p: bool(getattr(p.slo, "sheddable", ()))),
 )
 
 

@@ -5,7 +5,9 @@ prefill and decode) the prefill router and the decode router, each over its own 
 instances at arrival; the prefill instance computes the prompt and samples the first token; the
 decode instance reserves blocks for the prompt's KV in its next step's admission, the KV moves over the link
 (latency + bytes / bandwidth, bytes of the prompt's KV per GPU), blocks held on both sides until it
-lands; then the first token reaches the user (TTFT includes the transfer) and decoding proceeds.
+lands; then the first token reaches the user (TTFT includes the transfer) and decoding proceeds. With a
+P/D decider (policy.pd_decider) the decode instance is routed first and a short uncached prompt prefills on
+it, as on a mixed engine, with no transfer.
 """
 
 from __future__ import annotations
@@ -158,6 +160,8 @@ class Cluster(Intake):
         self.prefix_index = routes.prefix_index
         self.admission = admission
         self.disaggregated = self.decode_router is not None
+        self.decider = policy.pd_decider if self.disaggregated else None  # P/D: which requests disaggregate
+        self.local_prefills = 0  # P/D with a decider: requests prefilled on their decode instance
         self.transfer_bw = transfer.bandwidth_bytes_per_s
         self.transfer_latency_us = transfer.latency_us
         self.dispatch_us = policy.dispatch_us
@@ -233,22 +237,40 @@ class Cluster(Intake):
             req.status = Status.REJECTED
             self._record(req)
             return
-        target = self._route(req, now, self.router, self.entry_view, "prefill" if self.disaggregated else "mixed")
         if self.disaggregated:
-            decode = self._route(req, now, self.decode_router, self.decode_view, "decode")
-            if not self.instances[decode].can_ever_fit(req):
-                req.instance = decode + self.base
-                req.prefill_instance = target + self.base
-                req.status = Status.DROPPED
-                self.instances[decode].stats.dropped += 1
-                self._record(req)
+            target = self._route_pd(req, now)
+            if target is None:
                 return
-            self._decode_target[req.request_id] = decode
-            self.state.outstanding[decode] += 1
-            req.prefill_instance = target + self.base
+        else:
+            target = self._route(req, now, self.router, self.entry_view, "mixed")
         self._dispatch(req, target, now)
         if self.hedger is not None:
             self.loop.schedule(now + self.hedger.delay_us(req), PRIO_CLUSTER, self.hedge_timers.fire, (req, target))
+
+    def _route_pd(self, req: Request, now: int) -> int | None:
+        """P/D: the instance ``req`` goes to first, its prefill instance, with its decode instance set aside
+        for the hand-off; or, decided local (policy.pd_decider, distsim.cluster.pd_decider), its decode
+        instance, which prefills it itself. None: dropped, its decode instance could never hold it."""
+        if self.decider is None:
+            target = self._route(req, now, self.router, self.entry_view, "prefill")
+            decode = self._route(req, now, self.decode_router, self.decode_view, "decode")
+        else:  # as llm-d: the decode instance first, then whether the prompt is worth a transfer
+            decode = self._route(req, now, self.decode_router, self.decode_view, "decode")
+            if self.decider.local(req, self.instances[decode]):
+                self.local_prefills += 1
+                return decode
+            target = self._route(req, now, self.router, self.entry_view, "prefill")
+        if not self.instances[decode].can_ever_fit(req):
+            req.instance = decode + self.base
+            req.prefill_instance = target + self.base
+            req.status = Status.DROPPED
+            self.instances[decode].stats.dropped += 1
+            self._record(req)
+            return None
+        self._decode_target[req.request_id] = decode
+        self.state.outstanding[decode] += 1
+        req.prefill_instance = target + self.base
+        return target
 
     def _dispatch(self, req: Request, target: int, now: int) -> None:
         """Send a routed request (or a hedge's copy) to instance ``target``, after the dispatch delay."""

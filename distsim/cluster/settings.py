@@ -2,7 +2,7 @@
 
 ``cluster.kv_transfer.*`` (the P/D link),
 ``cluster.frontend.*`` (costs outside the engine) and ``policy.*`` (routing and admission, each a
-distsim.policies.settings.PolicyChoice, and hedging). Values carry their units in their names
+distsim.policies.settings.PolicyChoice, hedging and the P/D decider). Values carry their units in their names
 (microseconds, bytes per second); the cluster's builders take these and never read raw config. Checks that
 need the resolved pools too are in distsim.cluster.checks.
 """
@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from distsim.cluster.pd_decider import PDDecider, pd_decider
 from distsim.errors import ConfigError
 from distsim.policies.registry import ADMISSIONS, ROUTERS
 from distsim.policies.settings import PolicyChoice, policy_choice
@@ -80,6 +81,7 @@ class PolicySettings:
     admission: PolicyChoice[Admission]
     trace_decisions: bool = False
     hedge: HedgeSettings = HedgeSettings()
+    pd_decider: PDDecider | None = None  # P/D fleets: which requests prefill on their decode instance
 
     @property
     def dispatch_us(self) -> int:
@@ -105,7 +107,9 @@ def policy(cfg: DictConfig) -> PolicySettings:
     """``policy.*``: the routing and admission classes with their checked parameters."""
     routing = policy_choice(cfg.routing, "policy.routing", ROUTERS)
     admission = policy_choice(cfg.admission, "policy.admission", ADMISSIONS)
-    return PolicySettings(routing, admission, bool(cfg.trace_decisions), hedge(cfg.hedge))
+    hedging = hedge(cfg.hedge)
+    decider = pd_decider(cfg.pd_decider, hedging.enabled)
+    return PolicySettings(routing, admission, bool(cfg.trace_decisions), hedging, decider)
 
 
 def hedge(cfg: DictConfig) -> HedgeSettings:

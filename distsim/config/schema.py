@@ -274,11 +274,24 @@ class HedgeConfig:
 
 
 @dataclass
+class PDDeciderConfig:
+    """Which requests a P/D fleet disaggregates (distsim.cluster.pd_decider), as llm-d's pd-profile-handler
+    and vLLM's disaggregated prefill decide: the decode instance is routed first, and a request whose prompt
+    tokens not already in that instance's prefix cache number at most ``threshold_tokens`` prefills there
+    (no KV transfer); a longer one goes to a prefill instance. Off (null): every request disaggregated.
+    Only a fleet with prefill and decode pools has anything to decide; elsewhere it is ignored."""
+
+    threshold_tokens: int | None = None  # null: off; else prefill locally at most this many uncached prompt tokens
+    subtract_cached: bool = True  # count only the prompt tokens the decode instance's prefix cache lacks
+
+
+@dataclass
 class PolicyConfig:
     name: str = "round_robin"  # the policy's name in outputs (set by the conf/policy file)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     hedge: HedgeConfig = field(default_factory=HedgeConfig)
+    pd_decider: PDDeciderConfig = field(default_factory=PDDeciderConfig)  # P/D fleets: which requests disaggregate
     trace_decisions: bool = False  # write decisions.parquet: every candidate's score and the regret
 
 

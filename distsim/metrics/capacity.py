@@ -20,6 +20,9 @@ summary.json) and then searches the rate:
   certain, so the rates tried, the capacity and the attainment reported (a passing trial's, run to its end)
   are those of trials run to their end; the failing trials' tails are what it saves.
 
+A request that admission shed from an SLO class whose SLO allows shedding (``sheddable``) is not a miss
+(distsim.metrics.shedding); every other shed, dropped or late request is.
+
 The fitness is that rate per GPU (``per: gpu``, the base run's mean GPUs), per dollar per hour, or raw.
 """
 
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from distsim.errors import ConfigError
 from distsim.instance.latency.base import StepShape
+from distsim.metrics.shedding import shed_allowed
 from distsim.metrics.summary import rnd
 from distsim.probe import RunProbe
 from distsim.request import Request
@@ -88,6 +92,7 @@ class MissCount(RunProbe):
         self.n = len(self.requests)
         self.share = share
         self.watch_ttft = not scenario.policy.hedge.enabled
+        self.sheddable = scenario.slo.sheddable  # their classes' shed requests are no misses (distsim.metrics.shedding)
         self.missed: set[int] = set()  # request ids
         self.by_deadline: list[tuple[float, Request]] = []
         self.next = 0  # the first request in by_deadline not looked at yet
@@ -112,7 +117,7 @@ class MissCount(RunProbe):
         return rnd((self.n - len(self.missed)) / self.n) if self.n else 0.0
 
     def heard(self, req: Request) -> None:
-        if not self.recorder.met_slo(req) and self._measured(req.arrival_us):
+        if not self.recorder.met_slo(req) and self._measured(req.arrival_us) and not shed_allowed(req, self.sheddable):
             self.missed.add(req.request_id)
         self._overdue(self.loop.now)
         if self.bound() < self.share:
@@ -126,7 +131,7 @@ class MissCount(RunProbe):
             slo, req = entries[self.next]
             if not (now + lag - req.arrival_us) / 1000.0 > slo:
                 return
-            if req.first_token_us < 0:
+            if req.first_token_us < 0 and not shed_allowed(req, self.sheddable):  # shed at arrival: allowed
                 self.missed.add(req.request_id)
             self.next += 1
 
@@ -241,8 +246,9 @@ def capacity(scenario: Scenario, base_summary: dict[str, Any], run_trial: RunTri
         return not_measured(cfg.share, rate0, roofline_rps(scenario, requests))
     stopped = 0
 
-    def attainment(summary: dict[str, Any]) -> float:
-        return summary["goodput"]["slo_attainment"] or 0.0
+    def attainment(summary: dict[str, Any]) -> float:  # a shed request of a sheddable class is no miss
+        section = summary["sheddable"] if "sheddable" in summary else summary["goodput"]
+        return section["slo_attainment"] or 0.0
 
     def trial(factor: float) -> Trial:
         nonlocal stopped

@@ -17,7 +17,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import distsim
 from distsim.errors import ConfigError, os_reason
@@ -47,6 +47,25 @@ class RaySession:
             self.local = None
         elif self.owned and ray.is_initialized():
             ray.shutdown()
+
+    def abandon(self) -> None:
+        """Leave Ray without waiting for it (Ctrl-C), then :func:`exit_now`: a local Ray's guard kills its
+        processes and in-flight jobs; a joined cluster drops this driver's jobs when the driver is gone."""
+        if self.local is not None:
+            self.local.abandon()
+            self.local = None
+
+
+def exit_now(status: int) -> NoReturn:
+    """Exit at once with ``status`` after :meth:`RaySession.abandon`: output and log files flushed, but no
+    exit handlers (Ray's would shut down a Ray whose processes are being killed: seconds, or a crash)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(status)
 
 
 def _package_dir() -> str:

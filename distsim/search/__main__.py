@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     mark_from_hydra(cfg)  # the keys the user set: "set but not used" warns only of those
     base = [o for o in hc.overrides.task if not o.lstrip("+~").startswith(("search.", "seed=", "runner."))]
-    from distsim.runner.session import connect
+    from distsim.runner.session import connect, exit_now
 
     session = None
     try:
@@ -51,8 +51,12 @@ def main(cfg: DictConfig) -> float | None:
     except UserError as err:
         print(f"distsim.search: {err}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt as err:  # finished generations are on disk: a rerun resumes them
-        print(f"\ndistsim.search: {err or 'interrupted'}", file=sys.stderr)
+    except KeyboardInterrupt as err:  # finished generations and the best so far are on disk: a rerun resumes
+        print(f"\ndistsim.search: {str(err) or 'interrupted'}", file=sys.stderr)
+        if session is not None:  # in-flight jobs are not waited for: Ray's processes are killed, and we exit
+            session, started = None, session
+            started.abandon()
+            exit_now(130)
         sys.exit(130)
     finally:
         if session is not None:

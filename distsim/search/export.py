@@ -9,7 +9,8 @@ distsim.search.bundle). This adds, in OUT/export/:
 - ``endpoint_picker.yaml``, where the routing is weighted scoring: an llm-d inference scheduler
   EndpointPickerConfig with the same weights (distsim.policies.endpoint_picker has the scorer table).
   llm-d has no load guard, no admission and no engine settings in that file: what the profile cannot
-  say is listed in its header, so a deployment knows what it leaves out.
+  say (with a P/D decider's threshold, which llm-d's pd-profile-handler takes in a P/D profile of its
+  own) is listed in its header, so a deployment knows what it leaves out.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ LOAD_GUARD = {guard!r}  # prefix affinity scores 0 beyond this many outstanding 
 ADMISSION_KIND = {adm_kind!r}
 ADMISSION = {admission!r}  # its parameters
 ENGINE = {bundle!r}  # the bundle's cluster.* settings (vLLM engine arguments by their distsim keys)
+PD_DECIDER = {dict(policy.get("pd_decider") or {})!r}  # P/D fleets: policy.pd_decider (threshold_tokens null: off)
 
 
 class {cls}Router(Weighted):
@@ -102,6 +104,8 @@ def picker_text(name: str, policy: dict, bundle: dict[str, object]) -> str:
     left = [f"load_guard {routing.get('load_guard')}"] if weights.get("prefix_affinity", 0) > 0 else []
     admission = (policy.get("admission") or {}).get("kind", "always")
     left += [] if admission == "always" else [f"admission {admission}"]
+    decider = (policy.get("pd_decider") or {}).get("threshold_tokens")
+    left += [] if decider is None else [f"P/D decider: pd-profile-handler threshold {decider} (uncached prompt tokens)"]
     left += [f"{k}={v}" for k, v in bundle.items()]
     header = (
         f"# The evolved bundle {name!r} as llm-d's inference scheduler profile (python -m distsim.search.export).\n"

@@ -72,6 +72,7 @@ class SLOClassConfig:
     priority: int | None = None  # null: workload.slo.priority; the priority scheduler serves higher first
     input_tokens: DistConfig | None = None  # null: workload.input_tokens
     output_tokens: DistConfig | None = None
+    sheddable: bool = False  # its SLO allows shedding: a request of it that admission sheds is no miss for capacity
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The workload's settings that reach past the request source: its default SLOs (``workload.slo``).
+"""The workload's settings that reach past the request source: its default SLOs (``workload.slo``) and
+the classes whose SLO allows shedding.
 
 A request without its own class's SLO is held to these; the cluster reads them for hedging delays given as
 a fraction of the TTFT SLO. The rest of ``workload.*`` is checked as the source is built (distsim.workload.source).
@@ -20,8 +21,10 @@ class SloDefaults:
 
     ttft_ms: float
     tpot_ms: float
+    sheddable: frozenset[str] = frozenset()  # the SLO classes whose SLO allows shedding (distsim.metrics.shedding)
 
 
 def slo_defaults(workload: WorkloadConfig) -> SloDefaults:
     slo = workload.slo
-    return SloDefaults(float(slo.ttft_ms), float(slo.tpot_ms))
+    sheddable = frozenset(str(c.name) for c in slo.classes or () if c.sheddable)
+    return SloDefaults(float(slo.ttft_ms), float(slo.tpot_ms), sheddable)
