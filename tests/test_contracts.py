@@ -27,6 +27,7 @@ KNOWN: dict[tuple[str, str], str] = {}
 OMEGACONF_NODES = "OmegaConf gives no public way to walk a node's children with their flags and metadata"
 # (file, private name) of a library used by distsim, each with its reason
 LIBRARY: dict[tuple[str, str], str] = {
+    ("distsim/runner/session.py", "_exit"): "os._exit: a stopped search leaves at once, past Ray's exit handlers",
     ("distsim/hydra_entry.py", "hydra._internal"): "one function replaces Hydra internals (hydra_entry.SEAMS)",
     ("distsim/config/compose.py", "hydra._internal"): "Hydra's own command-line parser; Hydra.get_mode (SEAMS)",
     ("distsim/run_dir.py", "hydra._internal"): "Hydra's own command-line parser: the run directory it will make",

@@ -59,6 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runner", ("distsim.runner",)),  # sweeps of runs
     ("search", ("distsim.search",)),  # policy search over sweeps
     ("fidelity", ("distsim.fidelity",)),  # real runs against simulated ones
+    ("profile", ("distsim.profile",)),  # a GPU's step tables measured, for the step fit
     ("commands", (FACE, "distsim.validate", "distsim.calibrate", "distsim.report", "distsim.__main__")),  # CLIs
 )
 

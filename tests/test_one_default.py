@@ -59,6 +59,8 @@ def disagreements(schema: type, settings: type, renamed: dict) -> list[str]:
         code, want = _default(mine[name]), _default(f)
         if code is dataclasses.MISSING:
             continue  # no default: the schema's is the only one
+        if code is None and dataclasses.is_dataclass(want):
+            continue  # a nested section, built into its own settings object where it is on (None: off)
         if isinstance(want, (int, float)) and not isinstance(want, bool) and want is not None:
             want = want * factor
         if code != want:

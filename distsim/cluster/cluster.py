@@ -175,9 +175,7 @@ class Cluster(Intake):
         self.arrived = 0  # requests that entered this cluster
         self.recorded = 0  # of them, recorded with their final status
         self.first_arrival_us: int | None = None
-        self.transfers = 0
-        self.transfer_us_total = 0
-        self.transfer_bytes_total = 0.0
+        self.transfers, self.transfer_us_total, self.transfer_bytes_total = 0, 0, 0.0  # KV transfers, their time and bytes
         self._source: Iterator[Request] | None = None
         self._exhausted = False
         self._decode_target: dict[int, int] = {}

@@ -12,7 +12,7 @@ from distsim.profile.forward import Shard
 from distsim.profile.grid import Grid
 
 
-def _row(t: Timing) -> dict[str, float]:
+def timing_row(t: Timing) -> dict[str, float]:
     return {"measured_ms": t.median_us / 1e3, "p10_ms": t.p10_us / 1e3, "p90_ms": t.p90_us / 1e3, "repetitions": t.repetitions}
 
 
@@ -38,8 +38,8 @@ def peaks(b: Backend, g: Grid, target_s: float) -> Peaks:
     tflops = 2 * n**3 / (mm.median_us * 1e-6) / 1e12
     tbps = 2 * elems * b.device().dtype_bytes / (cp.median_us * 1e-6) / 1e12
     rows = [
-        {"what": f"matmul {n}x{n}x{n}", **_row(mm), "rate": tflops, "unit": "TFLOP/s"},
-        {"what": f"copy {elems} elements (read + write)", **_row(cp), "rate": tbps, "unit": "TB/s"},
+        {"what": f"matmul {n}x{n}x{n}", **timing_row(mm), "rate": tflops, "unit": "TFLOP/s"},
+        {"what": f"copy {elems} elements (read + write)", **timing_row(cp), "rate": tbps, "unit": "TB/s"},
     ]
     return Peaks(tflops, tbps, rows)
 
@@ -64,7 +64,7 @@ def gemms(b: Backend, shard: Shard, g: Grid, target_s: float) -> list[dict]:
         for m in g.gemm_rows:
             x = b.randn((m, k))
             t = b.time(lambda x=x, w=w: b.matmul(x, w), target_s)
-            out.append({"gemm": name, "m": m, "k": k, "n": n, **_row(t), "tflops": 2 * m * k * n / (t.median_us * 1e-6) / 1e12})
+            out.append({"gemm": name, "m": m, "k": k, "n": n, **timing_row(t), "tflops": 2 * m * k * n / (t.median_us * 1e-6) / 1e12})
     return out
 
 
@@ -82,14 +82,14 @@ def attention(b: Backend, shard: Shard, g: Grid, target_s: float) -> list[dict]:
                 t = b.time(lambda q=q, k=k, v=v: b.decode_attention(q, k, v), target_s)
                 kv_bytes = 2 * batch * kv * c * d * by
                 out.append({"kind": "decode", "batch": batch, "context": c, "q_heads": kv * group, "kv_heads": kv,
-                            "head_dim": d, **_row(t), "kv_tbps": kv_bytes / (t.median_us * 1e-6) / 1e12})
+                            "head_dim": d, **timing_row(t), "kv_tbps": kv_bytes / (t.median_us * 1e-6) / 1e12})
     for c in g.attention_contexts:
         n = c // 2
         q = b.randn((shard.q_heads, n, d))
         k, v = b.randn((shard.kv_heads, c, d)), b.randn((shard.kv_heads, c, d))
         t = b.time(lambda q=q, k=k, v=v: b.prefill_attention(q, k, v), target_s)
         out.append({"kind": "prefill", "batch": 1, "context": c, "q_heads": shard.q_heads, "kv_heads": shard.kv_heads,
-                    "head_dim": d, **_row(t), "kv_tbps": 2 * shard.kv_heads * c * d * by / (t.median_us * 1e-6) / 1e12})
+                    "head_dim": d, **timing_row(t), "kv_tbps": 2 * shard.kv_heads * c * d * by / (t.median_us * 1e-6) / 1e12})
     return out
 
 
@@ -102,5 +102,5 @@ def sampler(b: Backend, g: Grid, vocab: int, target_s: float) -> list[dict]:
             logits = b.randn((rows, v))
             for path, fn in (("greedy", lambda x=logits: b.argmax(x)), ("temperature", lambda x=logits: b.softmax_sample(x, 0))):
                 t = b.time(fn, target_s)
-                out.append({"path": path, "vocab": v, "rows": rows, **_row(t)})
+                out.append({"path": path, "vocab": v, "rows": rows, **timing_row(t)})
     return out

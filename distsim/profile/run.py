@@ -69,7 +69,7 @@ def profile(
             out.skipped.append(f"{label}: its KV cache does not fit in memory")
             continue
         t = b.time(forward.step(step), target_s)
-        out.steps.append({"kind": step.kind, **step.shape_columns(), **micro._row(t)})
+        out.steps.append({"kind": step.kind, **step.shape_columns(), **micro.timing_row(t)})
         gc.collect()  # the step's KV caches go before the next is allocated
         say(f"step {i + 1}/{len(steps)}: {step.kind} {step.tokens} tokens, {t.median_us / 1e3:.3f} ms")
     out.seconds = time.monotonic() - started

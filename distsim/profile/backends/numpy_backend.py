@@ -20,7 +20,7 @@ import numpy as np
 from distsim.profile.backend import BACKENDS, DeviceInfo, Timing, repeat_timing, wall_timer
 
 
-def _memory() -> tuple[int, int]:
+def host_memory() -> tuple[int, int]:
     """(total, available) bytes of the host's memory (/proc/meminfo where there is one)."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     try:
@@ -68,10 +68,10 @@ class NumpyBackend:
 
     def device(self) -> DeviceInfo:
         cpu = platform.processor() or platform.machine() or "cpu"
-        return DeviceInfo(f"CPU {cpu} (numpy {np.__version__}, {self.threads})", _memory()[0], 1, "float32", 4)
+        return DeviceInfo(f"CPU {cpu} (numpy {np.__version__}, {self.threads})", host_memory()[0], 1, "float32", 4)
 
     def free_bytes(self) -> int:
-        return _memory()[1]
+        return host_memory()[1]
 
     def randn(self, shape: Sequence[int], scale: float = 1.0) -> Any:
         return (self._rng.standard_normal(tuple(shape), dtype=np.float32) * np.float32(scale)).astype(np.float32)

@@ -36,16 +36,16 @@ class TorchBackend:
         if self.cuda:
             props = t.cuda.get_device_properties(self.dev)
             return DeviceInfo(props.name, int(props.total_memory), t.cuda.device_count(), "bfloat16", 2)
-        from distsim.profile.backends.numpy_backend import _memory
+        from distsim.profile.backends.numpy_backend import host_memory
 
-        return DeviceInfo(f"CPU (torch {t.__version__}, 1 thread)", _memory()[0], 1, "float32", 4)
+        return DeviceInfo(f"CPU (torch {t.__version__}, 1 thread)", host_memory()[0], 1, "float32", 4)
 
     def free_bytes(self) -> int:
         if self.cuda:
             return int(self.torch.cuda.mem_get_info(self.dev)[0])
-        from distsim.profile.backends.numpy_backend import _memory
+        from distsim.profile.backends.numpy_backend import host_memory
 
-        return _memory()[1]
+        return host_memory()[1]
 
     def randn(self, shape: Sequence[int], scale: float = 1.0) -> Any:
         x = self.torch.randn(tuple(shape), generator=self._gen, device=self.dev, dtype=self.dtype)
