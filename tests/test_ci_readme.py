@@ -34,7 +34,7 @@ def test_ci_runs_exactly_the_readmes_setup_commands():
     assert commands == setup_section_commands()
     words = [c.split("#")[0].split() for c in commands]
     assert ["pip", "install", "-e", '".[test]"'] in words
-    assert ["pytest", "-q"] in words  # plain pytest, as a newcomer types it, not python -m pytest
+    assert ["pytest", "-q", "-n", "2"] in words  # plain pytest (not python -m pytest), on two workers
 
 
 def test_the_tests_import_this_checkouts_code():
