@@ -47,6 +47,19 @@ from distsim.request import Request
 WAITING, PREFILL, DECODE, DONE, HANDED_OFF = Phase
 
 
+
+def prefill_shape(chunks: list[tuple[Request, int]]) -> tuple[int, int, int]:
+    """A step's prefill chunks as the step model prices them: their tokens, the (query, key) pairs their
+    attention computes (each token sees its sequence's computed context and the chunk up to itself) and the
+    KV tokens read."""
+    tokens = pairs = kv = 0
+    for req, n in chunks:
+        c0 = req.seq.computed
+        tokens += n
+        pairs += n * c0 + n * (n + 1) // 2
+        kv += c0 + n
+    return tokens, pairs, kv
+
 class Scheduler:
     """The scheduling half of an :class:`~distsim.instance.instance.Instance`: plan the next step (or a
     fast-forwarded run of decode steps), with preemption and admission."""
@@ -165,12 +178,7 @@ class Scheduler:
         """Plan one step from step ``c``: the decoders' tokens and the prefill chunks."""
         if need_dec:
             self.kv.allocate(need_dec)
-        pf_tokens = pf_pairs = pf_kv = 0
-        for req, n in chunks:
-            c0 = req.seq.computed
-            pf_tokens += n
-            pf_pairs += n * c0 + n * (n + 1) // 2
-            pf_kv += c0 + n
+        pf_tokens, pf_pairs, pf_kv = prefill_shape(chunks)
         dec = self.decoders
         b = dec.count
         dur = self.latency.step_time(pf_tokens, pf_pairs, pf_kv, b, dec.ctx_base + b * c, len(chunks))

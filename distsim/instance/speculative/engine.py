@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING
 
+from distsim.instance.scheduler import prefill_shape
 from distsim.instance.speculative.decoders import SpeculativeDecoders
 
 if TYPE_CHECKING:
@@ -91,12 +92,7 @@ class SpeculativeEngine:
 
     def _plan_step(self, now: int, c: int, chunks: list[tuple[Request, int]], need_dec: int) -> None:
         """Plan one step: the prefill chunks, the decoders' verify chunks, and the draft's passes."""
-        pf_tokens = pf_pairs = pf_kv = 0
-        for req, n in chunks:
-            c0 = req.seq.computed
-            pf_tokens += n
-            pf_pairs += n * c0 + n * (n + 1) // 2
-            pf_kv += c0 + n
+        pf_tokens, pf_pairs, pf_kv = prefill_shape(chunks)
         dec = self.decoders
         v_tokens, v_pairs, v_kv, rows, d_seqs, d_ctx, pass_seqs, pass_ctx = dec.shape()
         shape = (pf_tokens + v_tokens, pf_pairs + v_pairs, pf_kv + v_kv, d_seqs, d_ctx, len(chunks) + rows)
