@@ -142,7 +142,7 @@ TYPE_ERRORS = [
 ]
 UNKNOWN = [
     ("cluster.nokey=1", "cluster.nokey", "unknown key; known: model, hardware, instances"),
-    ("policy=nope", "policy", "no config 'nope' in group policy; known: cost_escalation"),
+    ("policy=nope", "policy", "no config 'nope' in group policy; known: always_busiest, cost_escalation"),
 ]
 
 
