@@ -18,6 +18,7 @@ from distsim.autoscale.schema import AutoscaleConfig
 from distsim.config.regret import RegretConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
+from distsim.instance.storage_kv.schema import StorageKvConfig
 from distsim.runtime.schema import RuntimeConfig
 from distsim.workload.schema import WorkloadConfig
 
@@ -59,6 +60,7 @@ class EngineConfig:
     # counts this many fewer prompt tokens (shortest_prompt); 0: none; fcfs needs none
     scheduler_aging_per_s: float = 0.0
     cpu_kv_blocks: int = 0  # host-memory KV tier in blocks (vLLM's KV offloading); 0: off
+    storage_kv: StorageKvConfig = field(default_factory=StorageKvConfig)  # a drive below the CPU tier; off without a capacity
     # windowed prefill batching (distsim/instance/batching.py): new prompts are held until this many wait,
     # or the oldest has waited the window
     prefill_batch_min: int | None = None  # null: the window alone closes a batch
