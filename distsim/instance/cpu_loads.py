@@ -34,6 +34,9 @@ class CpuLoads:
         self.storage = tier.storage  # the storage tier, or None
         self.loading: dict[int, Request] = {}  # out of the queue until their blocks land from the CPU tier
         self.from_storage: set[int] = set()
+        # with a storage tier, the loads before each request's first admission, by request id: (first block,
+        # end, from the drive), what its cached tokens are told apart by (distsim/instance/storage_kv/feature.py)
+        self.first_loads: dict[int, list[tuple[int, int, bool]]] | None = None if self.storage is None else {}
 
     def start(self, waiting, req: Request, now: int, total: int, hits: int, room: int) -> int:
         """The request at the head of ``waiting`` hits ``hits`` blocks on the GPU: load the blocks that
@@ -55,6 +58,8 @@ class CpuLoads:
             return -1
         landed = cpu.start_load(hashes, hits, hits + n, now)
         inst.loop.schedule(landed, PRIO_CLUSTER, self._landed, req)  # lands before steps at that time
+        if self.first_loads is not None and req.first_scheduled_us < 0:
+            self.first_loads.setdefault(req.request_id, []).append((hits, hits + n, False))
         return 1
 
     def _start_from_storage(self, waiting, req: Request, now: int, total: int, hits: int, room: int, limit: int) -> int:
@@ -74,6 +79,8 @@ class CpuLoads:
         storage.load_us += landed - now
         self.from_storage.add(req.request_id)
         self.inst.loop.schedule(landed, PRIO_CLUSTER, self._landed, req)
+        if req.first_scheduled_us < 0:
+            self.first_loads.setdefault(req.request_id, []).append((hits, hits + n, True))
         return 1
 
     def _take(self, waiting, req: Request, total: int, hits: int, n: int, room: int) -> bool:

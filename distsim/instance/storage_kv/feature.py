@@ -36,13 +36,11 @@ class StorageKvFeature(Feature):
         table = m.table
         scheduled = ~np.isnan(np.asarray(table["queue_ms"], dtype=float))
         prompt = int(np.asarray(table["input_tokens"])[scheduled].sum())
-        cached = int(np.asarray(table["cached_tokens"])[scheduled].sum())
+        cached = np.asarray(table["cached_tokens"])
         tiers = [(inst.cpu.storage, inst.bs) for inst in instances if inst.cpu is not None and inst.cpu.storage]
-        cpu_tokens = sum(inst.cpu.hit_blocks * inst.bs for inst in instances if inst.cpu is not None)
-        storage_tokens = sum(t.hit_blocks * bs for t, bs in tiers)
-        # a loaded block counts as computed at the request's next admission (cached tokens): what the GPU hit
-        # itself is the rest (a load for a preempted request's recompute is the one case counted only in its tier)
-        gpu_tokens = max(cached - cpu_tokens - storage_tokens, 0)
+        cpu_tokens, storage_tokens = served_by_tier(instances, dict(zip(np.asarray(table["request_id"]).tolist(),
+                                                                         cached.tolist())))
+        gpu_tokens = int(cached[scheduled].sum()) - cpu_tokens - storage_tokens
         loads = sum(t.loads for t, _ in tiers)
         share = (lambda n: _r(n / prompt)) if prompt else (lambda n: 0.0)
         return {
@@ -52,7 +50,7 @@ class StorageKvFeature(Feature):
             "evicted_blocks": sum(t.evicted_blocks for t, _ in tiers),
             "loads": loads,
             "hit_blocks": sum(t.hit_blocks for t, _ in tiers),
-            "hit_tokens": storage_tokens,
+            "hit_tokens": sum(t.hit_blocks * bs for t, bs in tiers),
             "load_ms_mean": _r(sum(t.load_us for t, _ in tiers) / loads / 1000.0) if loads else None,
             "hit_rate_by_tier": {"gpu": share(gpu_tokens), "cpu": share(cpu_tokens), "storage": share(storage_tokens)},
             "gb_moved": {  # over every GPU of each engine
@@ -62,6 +60,29 @@ class StorageKvFeature(Feature):
                 "storage_read": _gb(sum(t.hit_blocks * t.block_bytes for t, _ in tiers)),
             },
         }
+
+
+def served_by_tier(instances: Sequence[Instance], cached: dict[int, int]) -> tuple[int, int]:
+    """Of the prompt tokens each request found computed at its first admission (``cached``, by request id),
+    those its loads before then brought from the CPU tier and from the drive (the latest load of a block
+    names its tier); the rest the GPU's prefix cache held. Loads count more (hit_blocks): a load whose
+    blocks are evicted again before the request is admitted, or one for a preempted request, serves none."""
+    cpu = storage = 0
+    for inst in instances:
+        loads = inst.cpu_loads.first_loads if inst.cpu_loads is not None else None
+        if not loads:
+            continue
+        bs = inst.bs
+        for rid, ranges in loads.items():
+            hit = cached.get(rid, 0) // bs
+            tier: dict[int, bool] = {}
+            for lo, hi, from_drive in ranges:
+                for i in range(lo, min(hi, hit)):
+                    tier[i] = from_drive
+            drive = sum(tier.values())
+            storage += drive * bs
+            cpu += (len(tier) - drive) * bs
+    return cpu, storage
 
 
 def _gb(n: float) -> float:
