@@ -60,12 +60,12 @@ class EngineConfig:
     # counts this many fewer prompt tokens (shortest_prompt); 0: none; fcfs needs none
     scheduler_aging_per_s: float = 0.0
     cpu_kv_blocks: int = 0  # host-memory KV tier in blocks (vLLM's KV offloading); 0: off
-    storage_kv: StorageKvConfig = field(default_factory=StorageKvConfig)  # a drive below the CPU tier; off without a capacity
     # windowed prefill batching (distsim/instance/batching.py): new prompts are held until this many wait,
     # or the oldest has waited the window
     prefill_batch_min: int | None = None  # null: the window alone closes a batch
     prefill_batch_window_ms: float | None = None  # null: off (continuous batching)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    storage_kv: StorageKvConfig = field(default_factory=StorageKvConfig)  # a drive below the CPU tier; off without a capacity
 
 
 @dataclass
