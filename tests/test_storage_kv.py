@@ -15,7 +15,7 @@ import pytest
 from clikit import assert_user_error, run_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from simkit import FAKE_HW, engine, run, tiny_model
+from simkit import FAKE_HW, engine, run, tiny_model, transfer
 
 from distsim import load_config, simulate
 from distsim.cluster.pools import PoolSpec
@@ -267,6 +267,23 @@ def test_the_drive_helps_when_the_shared_prefixes_outgrow_gpu_and_cpu():
     assert b["cached_tokens"].sum() > a["cached_tokens"].sum()
     assert b["ttft_ms"].mean() < a["ttft_ms"].mean()
     assert (b["status"] == "completed").all()
+
+
+def test_a_pd_cluster_with_drives_finishes_every_request_with_invariants_after_every_event():
+    drive = StorageKvSettings(400, 0.5, 0.25, 50.0)
+    prefill = engine(max_num_seqs=16, max_num_batched_tokens=256, block_size=16, total_kv_blocks=60,
+                     cpu_kv_blocks=40, storage_kv=drive)
+    decode = engine(max_num_seqs=64, max_num_batched_tokens=256, block_size=16, total_kv_blocks=80,
+                    cpu_kv_blocks=30, storage_kv=drive)
+    fast = dataclasses.replace(FAKE_HW, host_link_gbps_per_dir=0.1)
+    pools = [
+        _pool(prefill, hw=fast, count=2, role="prefill", name="prefill"),
+        _pool(decode, hw=fast, count=1, role="decode", name="decode"),
+    ]
+    reqs = _shared_prefix_requests(3, 300, 300.0, 400, 150, 16, groups=12)
+    sim = run(reqs, pools=pools, transfer_cfg=transfer(0.5, 50.0), check_every_event=True)
+    assert (sim.recorder.table()["status"] == "completed").all()
+    assert sum(inst.cpu.storage.hit_blocks for inst in sim.cluster.instances[:2]) > 0
 
 
 TINY = ["workload.num_requests=60", "cluster.instances=2", "cluster.engine.cpu_kv_blocks=64"]
