@@ -2,7 +2,8 @@
 
 The defaults are a datacenter NVMe drive's datasheet figures: the Micron 7600 MAX (PCIe Gen5, 6.4 TB)
 reads at 12 GB/s and writes at 7 GB/s sequentially (Micron's specifications, as StorageReview's review of
-the drive lists them: "12 GB/s sequential read, 7 GB/s sequential write"). A drive's per-operation latency
+the drive lists them: "12 GB/s sequential read, 7 GB/s sequential write";
+https://www.storagereview.com/review/micron-7600-max-review). A drive's per-operation latency
 depends on the queue depth, the file system and O_DIRECT, and no figure for KV-sized operations is cited
 here, so ``latency_us`` has no default; the capacity is the deployment's choice, so it has none either.
 """
