@@ -182,12 +182,13 @@ def _random_requests(c):
 
 
 class _Witness:
-    """Records, apart from the tiers' own state, when each block left the CPU tier and when its write on
-    the drive completes, and checks every read against them (causality)."""
+    """Records, apart from the tiers' own state, when each block left each engine's CPU tier and when its
+    write on that engine's drive completes, and checks every read against them (causality). Engines share
+    block hashes (the same prefix on two engines), so the records are by drive."""
 
     def __init__(self, monkeypatch):
-        self.evicted: dict = {}  # hash -> the first time the CPU tier evicted it
-        self.written: dict = {}  # hash -> when its latest write completes
+        self.evicted: dict = {}  # (drive, hash) -> the first time the drive's CPU tier evicted it
+        self.written: dict = {}  # (drive, hash) -> when its latest write completes
         self.reads = 0
         witness = self
         evict, write_back, start_read = CpuKvTier._evict, StorageKvTier.write_back, StorageKvTier.start_read
@@ -196,21 +197,22 @@ class _Witness:
             before = set(tier.blocks)
             done = evict(tier, n, now)
             for h in before - set(tier.blocks):
-                witness.evicted.setdefault(h, now)
+                witness.evicted.setdefault((id(tier.storage), h), now)
             return done
 
         def _write_back(drive, victims, now):
-            held = {h: drive.blocks[h] for h in victims if h in drive.blocks}
+            held = {h for h in victims if h in drive.blocks}
             write_back(drive, victims, now)
             for h in victims:
                 if h in drive.blocks and h not in held:
                     assert drive.blocks[h] >= now + drive.latency_us - 0.5  # a write takes its latency at least
-                    witness.written[h] = drive.blocks[h]
+                    witness.written[id(drive), h] = drive.blocks[h]
 
         def _start_read(drive, hashes, lo, hi, now):
             for h in hashes[lo:hi]:
-                assert h in witness.written and witness.written[h] <= now, f"block {h!r} read before it was written"
-                assert witness.evicted[h] <= witness.written[h]  # it passed through the CPU tier first
+                key = (id(drive), h)
+                assert key in witness.written and witness.written[key] <= now, f"block {h!r} read before it was written"
+                assert witness.evicted[key] <= witness.written[key]  # it passed through the CPU tier first
             witness.reads += hi - lo
             return start_read(drive, hashes, lo, hi, now)
 
