@@ -81,6 +81,8 @@ FEATURES: tuple[Entry, ...] = (
     Entry("sessions", "distsim.closedloop.sessions:SessionsFeature", lambda p: _reports_on(p, "sessions")),
     Entry("cells", "distsim.cells.feature:CellsFeature", lambda p: p.cells is not None and p.cells.enabled),
     Entry("sheddable", "distsim.metrics.shedding:SheddingFeature", lambda p: bool(getattr(p.slo, "sheddable", ()))),
+    Entry("storage_kv", "distsim.instance.storage_kv.feature:StorageKvFeature",
+          lambda p: any(pool.engine.storage_kv is not None for pool in p.pools)),
 )
 
 

@@ -21,6 +21,7 @@ from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.instance import Instance
+from distsim.instance.storage_kv.tier import StorageKvTier
 from distsim.policies.base import PolicyContext
 from distsim.policies.settings import PolicyChoice
 from distsim.signals.board import SignalBoard
@@ -84,12 +85,18 @@ def build_instances(
 
 def cpu_tier(pool: PoolSpec) -> CpuKvTier | None:
     """An engine's CPU KV tier (none when cpu_kv_blocks is 0): a block's KV bytes on one GPU, copied over
-    that GPU's own PCIe link to the host (each tensor-parallel rank moves its shard in parallel)."""
+    that GPU's own PCIe link to the host (each tensor-parallel rank moves its shard in parallel); with its
+    storage tier below it when ``storage_kv`` is set (distsim.instance.storage_kv)."""
     blocks = pool.engine.cpu_kv_blocks
     if not blocks:
         return None
     block_bytes = pool.model.kv_bytes_per_token_per_gpu(pool.tensor_parallel_size) * pool.engine.block_size
-    return CpuKvTier(blocks, block_bytes, pool.hardware.host_link_gbps_per_dir * 1e9)
+    tier = CpuKvTier(blocks, block_bytes, pool.hardware.host_link_gbps_per_dir * 1e9)
+    storage = pool.engine.storage_kv
+    if storage is not None:  # one drive per engine: each rank writes and reads its shard of a block there
+        tier.storage = StorageKvTier(storage.capacity_blocks, block_bytes * pool.tensor_parallel_size,
+                                     storage.read_gbps * 1e9, storage.write_gbps * 1e9, storage.latency_us)
+    return tier
 
 
 def _facts(instances: list[Instance], pool_of: list[PoolSpec], board: SignalBoard) -> dict[str, np.ndarray]:

@@ -17,6 +17,7 @@ from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
 from distsim.instance.speculative.settings import resolve_speculative
+from distsim.instance.storage_kv.settings import resolve_storage_kv
 from distsim.typed_merge import merge_onto
 
 if TYPE_CHECKING:
@@ -144,6 +145,10 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
                               " (not under P/D disaggregation)")
         params = replace(params, speculative=speculative)
         latency_ctx = replace(latency_ctx, speculative_tokens=speculative.k)
+    storage = resolve_storage_kv(engine.get("storage_kv"), f"{engine_key}.storage_kv",
+                                 model.kv_bytes_per_token_per_gpu(tp) * tp * params.block_size, params.cpu_kv_blocks)
+    if storage is not None:
+        params = replace(params, storage_kv=storage)
     latency = build_latency_model(latency_cfg, latency_ctx)
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],

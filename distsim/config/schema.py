@@ -18,6 +18,7 @@ from distsim.autoscale.schema import AutoscaleConfig
 from distsim.config.regret import RegretConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
+from distsim.instance.storage_kv.schema import StorageKvConfig
 from distsim.runtime.schema import RuntimeConfig
 from distsim.workload.schema import WorkloadConfig
 
@@ -64,6 +65,7 @@ class EngineConfig:
     prefill_batch_min: int | None = None  # null: the window alone closes a batch
     prefill_batch_window_ms: float | None = None  # null: off (continuous batching)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    storage_kv: StorageKvConfig = field(default_factory=StorageKvConfig)  # a drive below the CPU tier; off without a capacity
 
 
 @dataclass

@@ -42,6 +42,9 @@ Simplifications (each where exact modelling costs more than it tells):
   flight (vLLM keeps them until the copy completes, rarely more than a step).
 - vLLM's cap on concurrent loads and its load timeout are not modelled.
 
+With a storage tier below (``cluster.engine.storage_kv``, distsim/instance/storage_kv), the blocks this
+tier evicts are written back to it, and a lookup that finds nothing here asks it next.
+
 Counts, never contents: the tier maps each block's content hash to the time its copy completes. Lookups
 depend on the time only through those completions, so a fast-forwarded decode run planned while requests
 wait ends where the next store lands (:meth:`CpuKvTier.next_store_landing`), keeping it equal to stepping.
@@ -52,8 +55,12 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
 from distsim.errors import SimulationError
+
+if TYPE_CHECKING:
+    from distsim.instance.storage_kv.tier import StorageKvTier
 
 
 class CpuKvTier:
@@ -74,6 +81,7 @@ class CpuKvTier:
         "hit_blocks",
         "load_us",
         "store_us",
+        "storage",
     )
 
     def __init__(self, total_blocks: int, block_bytes: float, link_bytes_per_s: float):
@@ -92,6 +100,8 @@ class CpuKvTier:
         self.hit_blocks = 0
         self.load_us = 0  # summed waits of requests for their loads (queueing on the link plus the copy)
         self.store_us = 0  # summed copy times of stores (the link direction's busy time)
+        # the storage tier below (distsim.instance.storage_kv) that evicted blocks are written back to, or None
+        self.storage: StorageKvTier | None = None
 
     @property
     def free(self) -> int:
@@ -156,7 +166,12 @@ class CpuKvTier:
         landing = self.stores_landing
         while landing and landing[0] <= now:
             landing.popleft()
-        return landing[0] if landing else None
+        first = landing[0] if landing else None
+        if self.storage is not None:  # a write landing on the storage tier changes what a lookup finds too
+            written = self.storage.next_write_landing(now)
+            if written is not None and (first is None or written < first):
+                first = written
+        return first
 
     def _evict(self, n: int, now: int) -> bool:
         """Drop the ``n`` least recently used blocks that are loadable and not being loaded; False (and
@@ -173,6 +188,8 @@ class CpuKvTier:
         for h in victims:
             del self.blocks[h]
         self.evicted_blocks += n
+        if self.storage is not None:
+            self.storage.write_back(victims, now)
         return True
 
     def start_load(self, hashes: Sequence[Hashable], lo: int, hi: int, now: int) -> int:

@@ -53,6 +53,7 @@ from distsim.request import Request, Status
 
 if TYPE_CHECKING:
     from distsim.instance.speculative.settings import SpeculativeSettings
+    from distsim.instance.storage_kv.settings import StorageKvSettings
 
 # module globals for the hot path: reading Phase.X goes through the enum's metaclass (~0.2 us a time)
 WAITING, PREFILL, DECODE, DONE, HANDED_OFF = Phase
@@ -82,6 +83,7 @@ class EngineParams:
     prefill_batch_window_us: int  # the batching window; 0: off (continuous batching)
     scheduler_aging_per_s: float = 0.0  # an ordered queue's aging (distsim.instance.queues.keyed); 0: none
     speculative: SpeculativeSettings | None = None  # speculative decoding (distsim.instance.speculative); None: off
+    storage_kv: StorageKvSettings | None = None  # the storage tier below the CPU tier (distsim.instance.storage_kv)
 
 
 class Instance(Scheduler):
@@ -225,12 +227,14 @@ class Instance(Scheduler):
 
     def forget_caches(self) -> None:
         """Empty the caches, keeping the counters (a drained engine leaves; a later start is cold): the GPU
-        prefix cache, and the CPU KV tier's blocks. It holds no request, so every block is free or evictable."""
+        prefix cache, and the CPU KV tier's blocks (and the storage tier's below it). It holds no request, so every block is free or evictable."""
         kv = KVCache(self.kv.total)
         kv.evictions = self.kv.evictions
         self.kv = kv
         if self.cpu is not None:
             self.cpu.blocks.clear()
+            if self.cpu.storage is not None:
+                self.cpu.storage.forget()
 
     def attach(self, board) -> None:
         """Push state changes to ``board`` from now on (only when a policy reads signals live)."""
