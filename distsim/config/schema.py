@@ -18,6 +18,7 @@ from distsim.autoscale.schema import AutoscaleConfig
 from distsim.config.regret import RegretConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
+from distsim.lora.schema import LoraEngineConfig
 from distsim.runtime.schema import RuntimeConfig
 from distsim.workload.schema import WorkloadConfig
 
@@ -64,6 +65,7 @@ class EngineConfig:
     prefill_batch_min: int | None = None  # null: the window alone closes a batch
     prefill_batch_window_ms: float | None = None  # null: off (continuous batching)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    lora: LoraEngineConfig = field(default_factory=LoraEngineConfig)  # LoRA adapters (max_loras null: off)
 
 
 @dataclass

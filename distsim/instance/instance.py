@@ -30,7 +30,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from distsim.events.loop import PRIO_INSTANCE, EventLoop
 from distsim.instance.batching import PrefillBatcher, batching_on
@@ -82,6 +82,7 @@ class EngineParams:
     prefill_batch_window_us: int  # the batching window; 0: off (continuous batching)
     scheduler_aging_per_s: float = 0.0  # an ordered queue's aging (distsim.instance.queues.keyed); 0: none
     speculative: SpeculativeSettings | None = None  # speculative decoding (distsim.instance.speculative); None: off
+    lora: Any = None  # LoRA adapters (distsim.lora.settings.LoraSettings, a layer above); None: off
 
 
 class Instance(Scheduler):
