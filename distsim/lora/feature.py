@@ -1,6 +1,6 @@
 """LoRA's feature: refuses what it cannot compose with, gives the engines the catalog and the routers a
 directory of which engine holds which adapter, and reports summary.json's ``lora`` section, the instance
-table's adapter columns (only when LoRA is on) and its invariant (INV-29)."""
+table's adapter columns (only when LoRA is on) and its invariant (INV-32)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 from distsim.errors import ConfigError
 from distsim.feature import Feature, Measures, Parts
 
+UNCATALOGUED = 256  # adapters the directory of a world without a catalog keeps track of
 COUNTS = ("hits", "misses", "cpu_loads", "disk_loads", "gpu_evictions", "cpu_evictions")
 
 
@@ -44,7 +45,7 @@ class LoraFeature(Feature):
         self.parts = parts
         catalog = parts.settings.get("lora")
         ranks = catalog.ranks if catalog is not None else ()
-        count = max(len(ranks), 1)
+        count = len(ranks) or UNCATALOGUED  # a world built by hand has no catalog: room for the adapters it names
         for cluster in parts.clusters:
             directory = np.zeros((len(cluster.instances), count), dtype=bool)
             for row, inst in enumerate(cluster.instances):
@@ -82,4 +83,4 @@ class LoraFeature(Feature):
         }
 
     def check_invariants(self) -> None:
-        """The engines check their own slots (distsim.lora.engine, INV-29) with their invariants."""
+        """The engines check their own slots (distsim.lora.engine, INV-32) with their invariants."""

@@ -96,7 +96,7 @@ class AdapterSlots:
         if victim != FREE:
             del self.gpu[victim]
             self.counts.gpu_evictions += 1
-            if directory is not None:
+            if directory is not None and victim < len(directory):
                 directory[victim] = False
         rank = self.rank(adapter)
         us = self.settings.host_us(rank)
@@ -112,7 +112,7 @@ class AdapterSlots:
                 self.counts.cpu_evictions += 1
         self.counts.load_us += us
         self.gpu[adapter] = now + us
-        if directory is not None:
+        if directory is not None and adapter < len(directory):
             directory[adapter] = True
         return now + us
 
@@ -131,15 +131,15 @@ class AdapterSlots:
             del self.pins[adapter]
 
     def check(self, where: str, running_adapters: dict[int, int], now: int) -> None:
-        """INV-29: at most ``max_loras`` adapters hold slots and at most ``max_cpu_loras`` are cached; every
+        """INV-32: at most ``max_loras`` adapters hold slots and at most ``max_cpu_loras`` are cached; every
         running request's adapter is in a slot, loaded; the pins count the running requests by adapter."""
         if len(self.gpu) > self.capacity or len(self.cpu) > self.cpu_capacity:
             raise SimulationError(
-                f"INV-29: {where}: {len(self.gpu)} adapters in {self.capacity} GPU slots, {len(self.cpu)} in a CPU"
+                f"INV-32: {where}: {len(self.gpu)} adapters in {self.capacity} GPU slots, {len(self.cpu)} in a CPU"
                 f" cache of {self.cpu_capacity}"
             )
         if running_adapters != self.pins:
-            raise SimulationError(f"INV-29: {where}: running requests by adapter {running_adapters} but pins {self.pins}")
+            raise SimulationError(f"INV-32: {where}: running requests by adapter {running_adapters} but pins {self.pins}")
         for adapter in running_adapters:
             if not self.ready(adapter, now):
-                raise SimulationError(f"INV-29: {where}: adapter {adapter} runs without being loaded in a slot")
+                raise SimulationError(f"INV-32: {where}: adapter {adapter} runs without being loaded in a slot")
