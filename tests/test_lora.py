@@ -66,12 +66,13 @@ class SlotProbe:
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), max_loras=st.integers(1, 3), adapters=st.integers(1, 6),
-       fast_forward=st.booleans())
-def test_at_most_max_loras_adapters_in_a_step_and_each_loaded_before_it_runs(seed, max_loras, adapters, fast_forward):
+       fast_forward=st.booleans(), asynchronous=st.booleans(), scheduler=st.sampled_from(["fcfs", "priority"]))
+def test_at_most_max_loras_adapters_in_a_step_and_each_loaded_before_it_runs(seed, max_loras, adapters, fast_forward,
+                                                                             asynchronous, scheduler):
     probe = SlotProbe()
     reqs = adapter_requests(60, adapters, seed)
-    sim = run(reqs, engine(lora=settings_for(max_loras, max_loras + 1)), instances=2, fast_forward=fast_forward,
-              after_event=probe)
+    params = engine(lora=settings_for(max_loras, max_loras + 1), async_scheduling=asynchronous, scheduler=scheduler)
+    sim = run(reqs, params, instances=2, fast_forward=fast_forward, after_event=probe)
     assert all(r.completion_us > 0 for r in reqs)
     assert probe.most <= max_loras
     counts = [inst.lora.counts for inst in sim.cluster.instances]

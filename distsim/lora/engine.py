@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 class AdapterGate:
     """A waiting queue as one admission sees it: the requests whose adapters cannot run now are set aside
-    (and put back in order by ``restore``); a cold adapter's load starts when its request reaches the head."""
+    (and put back in order by ``restore``); a cold adapter's load starts when its request reaches the head
+    (under async scheduling also when it came after the step was scheduled: a look-ahead of one step)."""
 
     def __init__(self, queue, engine: LoraEngine, now: int):
         self.queue, self.engine, self.now = queue, engine, now
@@ -39,8 +40,8 @@ class AdapterGate:
         while queue:
             req = queue.peek()
             adapter = req.adapter
-            if adapter < 0 or slots.ready(adapter, now) or req.seq.enqueued_us > engine.visible_us:
-                return req  # no adapter, or ready; or not visible yet (async scheduling: the admission decides)
+            if adapter < 0 or slots.ready(adapter, now):
+                return req  # no adapter, or its adapter is ready (the admission decides the rest)
             if not slots.loading(adapter, now):
                 landed = slots.start_load(adapter, now)
                 if landed is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 from distsim.errors import SimulationError
