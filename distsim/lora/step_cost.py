@@ -1,14 +1,15 @@
-"""What batched adapters add to a step: vLLM's LoRA kernels (the Triton ``lora_shrink`` and ``lora_expand``
-of vllm/lora/ops/triton_ops, Punica's SGMV design) priced by the roofline on the GPU's datasheet figures.
+"""What batched adapters add to a step: vLLM's LoRA kernels (the Triton ``lora_shrink`` and ``lora_expand`` of
+vllm/lora/ops/triton_ops, Punica's SGMV design) priced by the roofline on the GPU's datasheet figures.
 
-Why this form: each wrapped linear layer (distsim.lora.sizes) runs a shrink (x @ A, to the rank) and an
-expand (@ B, back to the output) over the step's tokens, reading the A and B of every distinct adapter the
-batch uses from its GPU slot, padded to ``max_lora_rank``. So a step with ``d`` distinct adapters reads ``d``
-slots' bytes (the cost grows with the number of distinct adapters) and computes 2 FLOPs per element per token (it grows with rank and tokens); a batch
-without adapters runs none (vLLM captures a CUDA graph without LoRA for it). The time is the larger of
-the bytes over the memory bandwidth and the FLOPs over the tensor peak (datasheet values from the
-hardware catalog, no efficiency factor: a lower bound). Not priced: the kernels' fixed launch floor (16 per
-layer per step on a small batch; no published per-kernel figure for vLLM's Triton kernels was found).
+Why this form: each wrapped linear layer (distsim.lora.sizes) runs a shrink (x @ A, to the rank) and an expand
+(@ B, back to the output) over the step's tokens, reading the A and B of every distinct adapter the batch uses
+from its GPU slot, padded to ``max_lora_rank``. So a step with ``d`` distinct adapters reads ``d`` slots'
+bytes (the cost grows with the number of distinct adapters) and computes 2 FLOPs per element per token (it
+grows with rank and tokens); a batch without adapters runs none (vLLM captures a CUDA graph without LoRA for
+it). The time is the larger of the bytes over the memory bandwidth and the FLOPs over the tensor peak
+(datasheet values from the hardware catalog, no efficiency factor: a lower bound). Not priced: the kernels'
+fixed launch floor (8 per layer and step: a shrink and an expand for each wrapped layer; no published per-
+kernel figure of vLLM's Triton kernels was found).
 """
 
 from __future__ import annotations
