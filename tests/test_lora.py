@@ -79,10 +79,11 @@ def test_at_most_max_loras_adapters_in_a_step_and_each_loaded_before_it_runs(see
     assert sum(c.hits + c.misses for c in counts) == sum(r.adapter >= 0 for r in reqs)
 
 
-def test_fast_forwarding_gives_the_same_results_as_stepping_one_by_one():
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_fast_forwarding_gives_the_same_results_as_stepping_one_by_one(asynchronous):
     def times(ff):
         reqs = adapter_requests(80, 5, seed=3, gap_us=150.0)
-        run(reqs, engine(lora=settings_for(2, 3)), instances=2, fast_forward=ff)
+        run(reqs, engine(lora=settings_for(2, 3), async_scheduling=asynchronous), instances=2, fast_forward=ff)
         return [(r.first_token_us, r.completion_us) for r in reqs]
 
     assert times(True) == times(False)
@@ -226,6 +227,7 @@ def test_runs_without_lora_have_no_lora_columns():
     ("workload.lora.base_share=1.0", "workload.lora.base_share"),
     ("workload.lora.rank=32", "workload.lora.rank"),
     ("cluster.engine.lora.max_loras=null", "workload.lora.adapters"),
+    ("cluster.model=deepseek-v2-lite", "cluster.engine.lora.max_loras"),
 ])
 def test_a_bad_value_is_one_line_naming_the_key(override, key):
     with pytest.raises(ConfigError) as err:
@@ -240,6 +242,12 @@ def test_a_bad_value_is_one_line_naming_the_key(override, key):
 def test_the_cli_exits_2_with_one_line(override, key):
     proc = run_module("distsim", *LORA, override, "workload.num_requests=5")
     assert_user_error(proc, 2, key)
+
+
+def test_lora_under_pd_disaggregation_is_refused():
+    with pytest.raises(ConfigError) as err:
+        resolve(load_config(["cluster=pd_disagg", "cluster.engine.lora.max_loras=2", "cluster.engine.lora.disk_read_gbps=2"]))
+    assert err.value.key == "cluster.pools[0].engine.lora.max_loras"
 
 
 def test_the_lora_terminal_reads_the_directory_and_stays_out_of_evolution():

@@ -27,11 +27,11 @@ if TYPE_CHECKING:
 
 class AdapterGate:
     """A waiting queue as one admission sees it: the requests whose adapters cannot run now are set aside
-    (and put back in order by ``restore``); a cold adapter's load starts when its request reaches the head
-    (under async scheduling also when it came after the step was scheduled: a look-ahead of one step)."""
+    (and put back in order by ``restore``); a cold adapter's load starts when its request reaches the head and
+    the step sees it (async scheduling: as the admission itself, distsim.instance.scheduler)."""
 
-    def __init__(self, queue, engine: LoraEngine, now: int):
-        self.queue, self.engine, self.now = queue, engine, now
+    def __init__(self, queue, engine: LoraEngine, now: int, chunks: list):
+        self.queue, self.engine, self.now, self.chunks = queue, engine, now, chunks
         self.aside: list[Request] = []
 
     def peek(self) -> Request | None:
@@ -42,6 +42,8 @@ class AdapterGate:
             adapter = req.adapter
             if adapter < 0 or slots.ready(adapter, now):
                 return req  # no adapter, or its adapter is ready (the admission decides the rest)
+            if req.seq.enqueued_us > engine.visible_us and (self.chunks or engine.decoders.count):
+                return req  # async scheduling: this step does not see it yet, and the admission stops there
             if not slots.loading(adapter, now):
                 landed = slots.start_load(adapter, now)
                 if landed is not None:
@@ -85,7 +87,7 @@ class LoraEngine:
         self.latency = LoraStepTime(self.latency, self.lora, LoraStepCost(s))
 
     def admit_waiting(self, waiting, now: int, budget: int, need_dec: int, chunks: list) -> int:
-        gate = (OrderedAdapterGate if hasattr(waiting, "set_aside") else AdapterGate)(waiting, self, now)
+        gate = (OrderedAdapterGate if hasattr(waiting, "set_aside") else AdapterGate)(waiting, self, now, chunks)
         budget = super().admit_waiting(gate, now, budget, need_dec, chunks)
         gate.restore()
         return budget
