@@ -198,6 +198,7 @@ def test_the_same_config_gives_the_same_results():
     a, b = simulate(cfg), simulate(cfg)
     assert a.summary == b.summary and a.requests.equals(b.requests) and a.instances.equals(b.instances)
     assert {"lora_hits", "lora_disk_loads", "lora_load_ms"} <= set(a.instances.columns)
+    assert a.requests["adapter"].between(-1, 31).all() and (a.requests["adapter"] >= 0).sum() > 150
     assert a.summary["lora"]["requests_with_adapter"] == a.summary["lora"]["hits"] + a.summary["lora"]["misses"]
 
 
@@ -213,6 +214,7 @@ def test_lora_affinity_raises_the_hit_rate_over_round_robin():
 def test_runs_without_lora_have_no_lora_columns():
     result = simulate(load_config(["workload.num_requests=50"]))
     assert "lora" not in result.summary and not any(c.startswith("lora_") for c in result.instances.columns)
+    assert "adapter" not in result.requests.columns
 
 
 @pytest.mark.parametrize("override, key", [

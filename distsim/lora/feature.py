@@ -1,6 +1,7 @@
 """LoRA's feature: refuses what it cannot compose with, gives the engines the catalog and the routers a
 directory of which engine holds which adapter, and reports summary.json's ``lora`` section, the instance
-table's adapter columns (only when LoRA is on) and its invariant (INV-32)."""
+table's adapter columns and the request table's ``adapter`` (only when LoRA is on) and its invariant
+(INV-32)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class LoraFeature(Feature):
 
     def __init__(self) -> None:
         self.parts: Parts | None = None
+        self.adapters: dict[int, int] = {}  # request id -> the adapter it named, as each request ends
 
     @staticmethod
     def check(scenario: Any) -> None:
@@ -56,6 +58,10 @@ class LoraFeature(Feature):
             for view in (cluster.entry_view, cluster.decode_view):
                 if view is not None:
                     view.adapters = directory
+            cluster.record_listeners.append(self._record)
+
+    def _record(self, req: Any) -> None:
+        self.adapters[req.request_id] = req.adapter
 
     def _slots(self) -> list:
         assert self.parts is not None
@@ -68,8 +74,10 @@ class LoraFeature(Feature):
         m.instances.add("lora_load_ms", [s.counts.load_us / 1000.0 if s else 0.0 for s in slots], "float64")
 
     def report(self, m: Measures) -> dict[str, Any]:
-        """The adapters' hit rate (requests admitted with their adapter already in a slot, over those naming
-        one) and the loads, over the run."""
+        """The request table's ``adapter`` column (-1: the base model); the adapters' hit rate (requests
+        admitted with their adapter already in a slot, over those naming one) and the loads, over the run."""
+        named = self.adapters
+        m.table.add("adapter", [named.get(rid, -1) for rid in m.table["request_id"].tolist()], "int64")
         slots = [s for s in self._slots() if s is not None]
         totals = {name: sum(getattr(s.counts, name) for s in slots) for name in COUNTS}
         named = totals["hits"] + totals["misses"]
