@@ -252,6 +252,13 @@ def test_lora_under_pd_disaggregation_is_refused():
     assert err.value.key == "cluster.pools[0].engine.lora.max_loras"
 
 
+def test_adapters_with_a_pool_without_lora_are_refused():
+    pools = "cluster.pools=[{name:a,count:2,engine:{lora:{max_loras:2,disk_read_gbps:2}}},{name:b,count:2}]"
+    with pytest.raises(ConfigError, match="pool b does not enable LoRA") as err:
+        resolve(load_config(["workload=lora_zipf", pools]))
+    assert err.value.key == "workload.lora.adapters"
+
+
 def test_the_lora_terminal_reads_the_directory_and_stays_out_of_evolution():
     from distsim.policies.expression.grammar import TERMINAL
     from distsim.search.gp import primitive_set

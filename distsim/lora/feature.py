@@ -25,12 +25,17 @@ class LoraFeature(Feature):
 
     @staticmethod
     def check(scenario: Any) -> None:
-        """Adapters named without a LoRA engine (vLLM answers 404 for an unknown model), an adapter whose rank
+        """Adapters named without a LoRA engine, or with a pool that has none (vLLM answers 404 for an unknown
+        model, and routing by model is not modelled), an adapter whose rank
         exceeds a pool's max_lora_rank (vLLM refuses to load it), LoRA beyond mixed pools (P/D), refused."""
         catalog = scenario.features.get("lora")
         lora_pools = [p for p in scenario.pools if p.engine.lora is not None]
         if catalog is not None and not lora_pools:
             raise ConfigError("workload.lora.adapters", "requests name adapters but no pool enables LoRA (set cluster.engine.lora.max_loras)")
+        plain = [p.name for p in scenario.pools if p.engine.lora is None]
+        if catalog is not None and plain:
+            raise ConfigError("workload.lora.adapters", f"requests name adapters but pool {plain[0]} does not enable LoRA: give"
+                              " every pool engine.lora (routing requests by the model they name is not modelled)")
         for pool in lora_pools:
             if pool.role != "mixed":
                 raise ConfigError(f"{pool.key}.engine.lora.max_loras" if pool.key != "cluster" else "cluster.engine.lora.max_loras",
