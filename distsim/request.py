@@ -41,6 +41,7 @@ class Request:
         "ttft_slo_ms",
         "tpot_slo_ms",
         "priority",
+        "adapter",
         # runtime fields (cluster and instance)
         "status",
         "instance",
@@ -85,6 +86,7 @@ class Request:
         self.ttft_slo_ms = ttft_slo_ms
         self.tpot_slo_ms = tpot_slo_ms
         self.priority = priority
+        self.adapter = -1  # the LoRA adapter it names (distsim.workload.adapters); -1: the base model
         self.status = Status.UNFINISHED
         self.instance = -1
         self.prefill_instance = -1

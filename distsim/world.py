@@ -66,6 +66,10 @@ def _autoscaled(parts: Parts) -> bool:
     return any(p.autoscale is not None for p in (*parts.pools, *parts.runtimes))
 
 
+def _lora(parts: Parts) -> bool:
+    return "lora" in parts.settings or any(pool.engine.lora is not None for pool in parts.pools)
+
+
 FEATURES: tuple[Entry, ...] = (
     Entry("autoscale", "distsim.autoscale.feature:AutoscaleFeature", _autoscaled),
     Entry("timeline", "distsim.timeline.feature:TimelineFeature", lambda p: p.sim is not None and p.sim.timeline is not None),
@@ -80,6 +84,7 @@ FEATURES: tuple[Entry, ...] = (
     Entry("clients", "distsim.closedloop.clients:ClientsFeature", lambda p: _reports_on(p, "clients")),
     Entry("sessions", "distsim.closedloop.sessions:SessionsFeature", lambda p: _reports_on(p, "sessions")),
     Entry("cells", "distsim.cells.feature:CellsFeature", lambda p: p.cells is not None and p.cells.enabled),
+    Entry("lora", "distsim.lora.feature:LoraFeature", _lora, settings="distsim.lora.catalog:catalog_of"),
     Entry("sheddable", "distsim.metrics.shedding:SheddingFeature", lambda p: bool(getattr(p.slo, "sheddable", ()))),
     Entry("storage_kv", "distsim.instance.storage_kv.feature:StorageKvFeature",
           lambda p: any(pool.engine.storage_kv is not None for pool in p.pools)),

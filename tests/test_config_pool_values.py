@@ -26,7 +26,7 @@ CASES = [
      "tensor_parallel_size, data_parallel_size, enable_expert_parallel, max_model_len, max_num_seqs, max_num_batched_tokens, "
      "block_size, gpu_memory_utilization, total_kv_blocks, enable_chunked_prefill, enable_prefix_caching, "
      "scheduler_reserve_full_isl, async_scheduling, activation_reserve_fraction, scheduler, scheduler_aging_per_s, cpu_kv_blocks, "
-     "prefill_batch_min, prefill_batch_window_ms, speculative, storage_kv"),
+     "prefill_batch_min, prefill_batch_window_ms, speculative, storage_kv, lora"),
 ]
 
 

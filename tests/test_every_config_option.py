@@ -34,6 +34,7 @@ COMPANIONS = {
     "workload=mixed_70_20_10": ["cluster=mixed_fleet"],
     "policy=llmd": [f"policy.routing.endpoint_picker={Path(__file__).parent / 'data/endpoint_picker/prefix_load.yaml'}"],
     "policy=pd_decider": ["cluster=pd_disagg"],  # a P/D decider decides only on a P/D fleet
+    "workload=lora_zipf": ["cluster=lora"],  # requests that name LoRA adapters need engines that serve them
     # a sheddable class matters where admission sheds: token_limit protecting tenant 0, at a load that sheds
     "workload=tiered_sheddable": ["policy=token_limit", "policy.admission.protected_priority=2",
                                   "policy.admission.max_queued_tokens=2048", "workload.arrival.rate_rps=60"],

@@ -131,6 +131,7 @@ class FakeView:
         self.age = float(rng.integers(0, 300))
         self.facts = {"block_size": np.full(n, 16), "max_num_seqs": rng.integers(1, 64, n),
                       "max_num_batched_tokens": rng.integers(256, 8192, n)}  # fmt: skip
+        self.held = rng.integers(0, 2, n).astype(np.float64)  # LoRA: which instances hold the adapter
 
     def __getattr__(self, name):
         if name in ("queue_depth", "running", "queued_tokens", "in_transit", "outstanding"):
@@ -145,6 +146,9 @@ class FakeView:
 
     def signal_age_ms(self):
         return self.age
+
+    def adapter_resident(self, adapter):
+        return self.held
 
 
 def _load(path: Path):

@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("catalog", ("distsim.catalog",)),  # models, GPUs, MIG profiles, capacity arithmetic
     ("events", ("distsim.events",)),  # the clock, the heap, the random streams
     ("instance", ("distsim.instance",)),  # one vLLM engine, its parts, queues and step-time models
+    ("lora", ("distsim.lora",)),  # LoRA adapters: the engine's slots, their costs, the catalog, the feature
     ("protocols", ("distsim.protocols",)),  # what a world, a replica, a signal source and a record sink offer
     ("signals", ("distsim.signals",)),  # what a router sees: the signal board, its view, the prefix index
     ("policies", ("distsim.policies",)),  # routers, admission, scorers and their settings

@@ -57,10 +57,14 @@ def build_instances(
             from distsim.instance.speculative.engine import speculative_class
 
             cls = speculative_class(instance_cls)
+        if pool.engine.lora is not None:  # adapter slots (distsim.lora.engine)
+            from distsim.lora.engine import lora_class
+
+            cls = lora_class(cls) if cls is instance_cls else _lora_speculative(instance_cls)
         for _ in range(pool.built_count):
             for _ in range(pool.data_parallel_size):
                 index = first + len(instances)
-                if cls is not instance_cls:
+                if pool.engine.speculative is not None:
                     extra = {"rng": stream(seed, f"speculative/{index}")}
                 inst = cls(
                     index,
@@ -81,6 +85,14 @@ def build_instances(
                 pool_of.append(pool)
             group += 1
     return instances, pool_of
+
+
+def _lora_speculative(instance_cls: type[Instance]) -> type[Instance]:
+    """An engine that speculates over adapter slots: the speculative cycle over the LoRA engine."""
+    from distsim.instance.speculative.engine import speculative_class
+    from distsim.lora.engine import lora_class
+
+    return speculative_class(lora_class(instance_cls))
 
 
 def cpu_tier(pool: PoolSpec) -> CpuKvTier | None:

@@ -18,6 +18,7 @@ from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
 from distsim.instance.speculative.settings import resolve_speculative
 from distsim.instance.storage_kv.settings import resolve_storage_kv
+from distsim.lora.settings import resolve_lora
 from distsim.typed_merge import merge_onto
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
                                  model.kv_bytes_per_token_per_gpu(tp) * tp * params.block_size, params.cpu_kv_blocks)
     if storage is not None:
         params = replace(params, storage_kv=storage)
+    params = _with_lora(params, engine, f"{engine_key}.lora", model, hardware, tp)
     latency = build_latency_model(latency_cfg, latency_ctx)
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
@@ -157,6 +159,23 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     if mig is not None and autoscale is not None:
         raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
     return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig)
+
+
+def _with_lora(params: EngineParams, engine: DictConfig, key: str, model: ModelSpec, hardware: HardwareSpec,
+               tp: int) -> EngineParams:
+    """``params`` with the pool's LoRA settings (distsim.lora), if on: the adapter slots vLLM allocates come
+    out of the KV cache (whole blocks, rounded up) when its size is derived, not when given."""
+    lora = resolve_lora(engine.get("lora"), key, model, hardware, tp)
+    if lora is None:
+        return params
+    blocks = params.total_kv_blocks
+    if engine.total_kv_blocks is None:
+        block_bytes = model.kv_bytes_per_token_per_gpu(tp) * params.block_size
+        blocks -= -(-int(lora.slot_bytes_per_gpu) // int(block_bytes))
+        if blocks < 1:
+            raise ConfigError(f"{key}.max_loras", f"the adapter slots ({lora.slot_bytes_per_gpu / 2**30:.2f} GiB per GPU)"
+                              " leave no room for the KV cache: lower max_loras or max_lora_rank")
+    return replace(params, lora=lora, total_kv_blocks=blocks)
 
 
 def _check_pools_together(pools: list[PoolSpec]) -> None:

@@ -19,6 +19,7 @@ from distsim.config.regret import RegretConfig
 from distsim.config.runner import RunnerConfig
 from distsim.config.search import SearchConfig
 from distsim.instance.storage_kv.schema import StorageKvConfig
+from distsim.lora.schema import LoraEngineConfig
 from distsim.runtime.schema import RuntimeConfig
 from distsim.workload.schema import WorkloadConfig
 
@@ -66,6 +67,7 @@ class EngineConfig:
     prefill_batch_window_ms: float | None = None  # null: off (continuous batching)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     storage_kv: StorageKvConfig = field(default_factory=StorageKvConfig)  # a drive below the CPU tier; off without a capacity
+    lora: LoraEngineConfig = field(default_factory=LoraEngineConfig)  # LoRA adapters (max_loras null: off)
 
 
 @dataclass

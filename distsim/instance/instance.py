@@ -30,7 +30,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from distsim.events.loop import PRIO_INSTANCE, EventLoop
 from distsim.instance.batching import PrefillBatcher, batching_on
@@ -84,6 +84,7 @@ class EngineParams:
     scheduler_aging_per_s: float = 0.0  # an ordered queue's aging (distsim.instance.queues.keyed); 0: none
     speculative: SpeculativeSettings | None = None  # speculative decoding (distsim.instance.speculative); None: off
     storage_kv: StorageKvSettings | None = None  # the storage tier below the CPU tier (distsim.instance.storage_kv)
+    lora: Any = None  # LoRA adapters (distsim.lora.settings.LoraSettings, a layer above); None: off
 
 
 class Instance(Scheduler):

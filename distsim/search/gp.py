@@ -30,7 +30,7 @@ from distsim.policies.expression.tree import ExpressionError, Node, const, emit,
 from distsim.search.ask_tell import Optimizer
 
 EXPRESSION_KEY = "policy.routing.expression"
-_NAMES = frozenset(t.name for t in TERMINALS)
+_NAMES = frozenset(t.name for t in TERMINALS if t.evolved)
 ATTEMPTS = 50  # tries for an offspring (or initial tree) that is new and within the limits
 # Upper bounds on the tree limits. A full tree roughly doubles with each level (measured with this
 # primitive set: median 869 nodes and 0.5 ms at height 10, 14,391 nodes and 8.5 ms at 15, and about a
@@ -95,7 +95,8 @@ def primitive_set() -> gp.PrimitiveSetTyped:
     for op in OPS:
         pset.addPrimitive(op.fn, list(op.args), op.ret, name=op.name)
     for t in TERMINALS:
-        pset.addTerminal(t.name, t.type, name=t.name)
+        if t.evolved:
+            pset.addTerminal(t.name, t.type, name=t.name)
     for c in CONSTANTS:
         pset.addTerminal(c, Num)
     pset.addTerminal(True, Bool)

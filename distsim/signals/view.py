@@ -45,6 +45,7 @@ class ClusterView:
         self._index = prefix_index
         self._all_facts = facts  # over every instance, so membership can change (autoscaling)
         self._all_models = step_models
+        self.adapters: np.ndarray | None = None  # engine x LoRA adapter: held in a GPU slot (distsim.lora sets it)
         self.set_members(members)
 
     def set_members(self, members: np.ndarray) -> None:
@@ -120,6 +121,15 @@ class ClusterView:
         only: no deployable policy calls it (tests/test_policies_never_read_output_length.py)."""
         engines = self._board.instances
         return [engines[i] for i in self.members]
+
+    def adapter_resident(self, adapter: int) -> np.ndarray:
+        """1.0 for each candidate whose GPU slots hold ``adapter`` (or are loading it), else 0.0; all 0 for the
+        base model or without LoRA. Read live: vLLM reports its loaded adapters in its metrics
+        (``vllm:lora_requests_info``), which a LoRA-aware router such as llm-d's scrapes."""
+        held = self.adapters
+        if held is None or not 0 <= adapter < held.shape[1]:
+            return np.zeros(self.n)
+        return self._pick(held[:, adapter]).astype(np.float64)
 
     def prefix_match(self, req: Request) -> np.ndarray:
         """Blocks of the request's prompt each candidate holds, per the router's own index."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from distsim.lora.schema import LoraWorkloadConfig
+
 
 @dataclass
 class DistConfig:
@@ -198,3 +200,4 @@ class WorkloadConfig:
     # name, e.g. +workload.types.ocr={slo_ms: 500} or +workload.types.vision.slo_ms=100
     mix: Any = None
     types: Any = field(default_factory=dict)
+    lora: LoraWorkloadConfig = field(default_factory=LoraWorkloadConfig)  # LoRA adapters per request (adapters 0: none)

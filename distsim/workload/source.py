@@ -44,6 +44,12 @@ def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> Workload
     seed = checks.integer("seed", seed, low=0)
     block_size = checks.integer("cluster.engine.block_size", block_size, low=1)
     source = KINDS.get(cfg.kind)(cfg, seed, block_size)
+    if cfg.lora.adapters:  # each request names a LoRA adapter (distsim.workload.adapters)
+        from distsim.lora.catalog import resolve_catalog
+        from distsim.workload.adapters import AdapterSource
+
+        catalog = resolve_catalog(cfg.lora)
+        source = AdapterSource(source, catalog, seed) if catalog is not None else source
     if cfg.clients.count is not None or cfg.clients.stages:  # closed-loop clients send the source's requests
         from distsim.workload.clients import closed_loop
 

@@ -18,6 +18,7 @@ _SOURCE_WORDS = {
     "router": "the router's own count, always current",
     "prefix": "the router's prefix index, for this request",
     "request": "this request",
+    "adapters": "the engines' LoRA slots, as the router's directory holds them",
 }
 
 _HELPERS = '''

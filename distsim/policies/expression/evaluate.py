@@ -81,6 +81,7 @@ _READ: dict[str, Callable[[Signals], object]] = {
     "ttft_slo_ms": _ttft_slo,
     "signal_age_ms": lambda s: float(s.view.signal_age_ms()),
     "has_prefix": lambda s: s.match() > 0,
+    "lora_resident": lambda s: s.view.adapter_resident(s.req.adapter),
 }
 
 

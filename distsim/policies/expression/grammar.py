@@ -31,8 +31,9 @@ class Bool:
 class TerminalSpec:
     name: str
     type: type
-    source: str  # "signal" (instance-reported, maybe stale), "router" (always current), "prefix", "request"
+    source: str  # "signal" (instance-reported, maybe stale), "router" (always current), "prefix", "request", "adapters"
     doc: str
+    evolved: bool = True  # in the policy search's primitive set (False: parsed and evaluated, never drawn by evolution)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ TERMINALS: tuple[TerminalSpec, ...] = (
     TerminalSpec("ttft_slo_ms", Num, "request", "this request's TTFT SLO (its class's, else the workload's; 0: none)"),
     TerminalSpec("signal_age_ms", Num, "signal", "age of the oldest instance-reported signal (0 when live)"),
     TerminalSpec("has_prefix", Bool, "prefix", "the instance holds at least one block of this request's prompt"),
+    # left out of evolution: the search's primitive set, and so its draws for an existing seed, stay as they were
+    TerminalSpec("lora_resident", Num, "adapters",
+                 "1 where the instance's GPU slots hold this request's LoRA adapter, else 0 (0 for the base model)", False),
 )
 TERMINAL = {t.name: t for t in TERMINALS}
 

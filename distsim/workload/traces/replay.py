@@ -78,6 +78,7 @@ class TraceSource(WorkloadSource):
         self.prefixes = PrefixGroups(cfg.prefix, "workload.prefix", block_size)
         self.types_seen: set[str] = set()  # non-LLM types named by the trace's optional type column
         self.type_slo_ms = type_slos(cfg)
+        self.adapters = cfg.lora.adapters  # the LoRA catalog's size: a row's adapter must be in it
         self._prepass()
 
     # -- reading -------------------------------------------------------------------------------
@@ -102,6 +103,10 @@ class TraceSource(WorkloadSource):
             if first is None:
                 first = row.time_ns
             prev = row.time_ns
+            if row.adapter is not None and row.adapter >= self.adapters:
+                raise InputFileError(
+                    path, f"adapter {row.adapter} is not in the catalog (workload.lora.adapters={self.adapters})", row.line
+                )
             g = row.prefix_group
             if g is not None and not 0 <= g < groups:
                 raise InputFileError(
@@ -247,10 +252,13 @@ class TraceSource(WorkloadSource):
                                             self.type_slo_ms.get(row.rtype), tenants[i]), row
                     continue
                 session = -1 if row.session is None else row.session
-                yield new_request(
+                req = new_request(
                     -1, self._arrival_us(row.time_ns), p, row.output_tokens, tenants[i], tags.slo_class[i], session, bh,
                     tags.ttft_ms[i], tags.tpot_ms[i], tags.priority[i],
-                ), row
+                )
+                if row.adapter is not None:
+                    req.adapter = row.adapter
+                yield req, row
 
     def _jittered(self, drafts: Iterator[Request]) -> Iterator[Request]:
         """Drafts moved later by uniform [0, jitter) and put back in time order (a small heap)."""

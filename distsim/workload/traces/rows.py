@@ -30,6 +30,7 @@ class TraceRow:
     size: float | None = None  # its per-item size in its type's unit (None: 0)
     wait_ns: int | None = None  # closed-loop sessions: from the previous turn's reply to this turn (None: 0)
     tool_calls: int | None = None  # closed-loop sessions: the tool calls in that wait (None: 0)
+    adapter: int | None = None  # the LoRA adapter the request names, of workload.lora's catalog (None: the base model)
 
 
 class TraceReader:

@@ -8,7 +8,8 @@ items: images, audio windows; default 1) and ``size`` (per item, in the type's u
 audio seconds); a non-LLM row's token columns are ignored; for closed-loop session replay
 (``workload.sessions.closed_loop``) ``wait_s``, the seconds between the previous turn's reply and this turn
 (a think or tool time; ``python -m distsim.workload.traces.otel`` writes it from OpenTelemetry spans) and
-``tool_calls`` (the tool calls in that gap). Empty optional cells mean "none".
+``tool_calls`` (the tool calls in that gap); for LoRA (distsim.workload.adapters) ``adapter``, the number of
+the adapter of ``workload.lora``'s catalog the request names. Empty optional cells mean "none".
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
 OPTIONAL = ("tenant", "session", "prefix_group")
 TYPED = ("type", "items", "size")  # request types: optional too
 SESSION = ("wait_s", "tool_calls")  # closed-loop session replay: optional too
+LORA = ("adapter",)  # LoRA adapters: optional too
 
 
 def _row(path, ln: int, get) -> TraceRow:
@@ -48,6 +50,11 @@ def _row(path, ln: int, get) -> TraceRow:
             raise InputFileError(path, f"wait_s must be >= 0 (got {wait})", ln)
     if calls is not None and str(calls).strip():
         row.tool_calls = parse_int(calls, "tool_calls", path, ln)
+    adapter = get("adapter")
+    if adapter is not None and str(adapter).strip():
+        row.adapter = parse_int(adapter, "adapter", path, ln)
+        if row.adapter < 0:
+            raise InputFileError(path, f"adapter must be >= 0 (got {adapter})", ln)
     kind = get("type")
     if kind is not None and str(kind).strip() not in ("", "llm"):
         row.rtype = str(kind).strip()
@@ -81,7 +88,7 @@ class ParquetReader(TraceReader):
             raise InputFileError(
                 path, f"missing column(s) {', '.join(missing)} (columns: {', '.join(names)})"
             )
-        cols = [c for c in REQUIRED + OPTIONAL + TYPED + SESSION if c in names]
+        cols = [c for c in REQUIRED + OPTIONAL + TYPED + SESSION + LORA if c in names]
         ln = 0
         with inputs.arrow_errors(path):
             batches = pf.iter_batches(batch_size=4096, columns=cols)
