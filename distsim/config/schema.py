@@ -108,6 +108,7 @@ class LatencyConfig:
     routing_skew: float | None = None  # Zipf exponent of expert popularity; 0: uniform routing
     all_reduce_latency_us: float | None = None  # fixed time of one custom all-reduce (or EP all-to-all)
     all_reduce_link_efficiency: float | None = None  # the custom all-reduce's share of the link bandwidth
+    all_reduce_two_shot_us: float | None = None  # the two-shot custom all-reduce's barrier between its stages
     eager_layer_overhead_us: float | None = None  # launch gaps per layer of a step run without a CUDA graph
     sampler_call_us: float | None = None  # sampling's fixed time per step
     sampler_bytes_per_logit: float | None = None  # sampling's bytes per logit of each sampled row

@@ -16,7 +16,7 @@ attention   = F_pair A / (peak ae)  +  kv K / (bw me)
 activations = T (a_h H L + a_i I_tok + a_r k H L_moe) / (bw me)
 fp8 quant   = T Q_tok x 5.26 / bw  +  3.55 us x quantised inputs per step                    (FP8)
 layers      = L layer_overhead_us + L_moe moe_layer_overhead_us
-collectives = TP all-reduces by message size and path (serving.py), expert-parallel all-to-alls
+collectives = TP all-reduces by message size, TP degree and path (allreduce.py), expert-parallel all-to-alls
 sampling    = (R + sampler_extra_rows) x vocab x sampler_bytes_per_logit / (bw me) + sampler_call_us
 padding     = the matmuls, per-token kernels and collectives of the CUDA graph's padded rows (serving.py)
 eager       = eager_layer_overhead_us x L for a step above the largest captured size (launch gaps)
@@ -110,6 +110,9 @@ class Roofline3Coefficients:
     all_reduce_latency_us: float = 1.122
     # and the fraction of the link's bandwidth its peer reads reach
     all_reduce_link_efficiency: float = 1.0
+    # the two-shot custom all-reduce's barrier between its stages (allreduce.py: 7.21 us in vLLM's kernel
+    # profile, docs/data/allreduce_fit.json)
+    all_reduce_two_shot_us: float = 0.0
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
     # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
     eager_layer_overhead_us: float = 14.81
@@ -152,6 +155,7 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "routing_skew": (0.0, 10.0, False),
     "all_reduce_latency_us": (0.0, 1e6, False),
     "all_reduce_link_efficiency": (0.0, 1.0, True),
+    "all_reduce_two_shot_us": (0.0, 1e4, False),
     "eager_layer_overhead_us": (0.0, 1e4, False),
     "sampler_bytes_per_logit": (0.0, 1e4, False),
     "sampler_extra_rows": (0.0, 1e4, False),
@@ -275,7 +279,9 @@ class Roofline3Latency(RooflineLatency):
         self._layers = units["layers"] * beta["layer"] + units["moe_layers"] * beta["moe_layer"] + units["quant_fixed"]
         # expert-parallel all-to-alls (the TP all-reduces are the serving layer's)
         self._a0, self._a_tok = communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
-        self.serving = ServingLayer(serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency)
+        self.serving = ServingLayer(
+            serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency, k.all_reduce_two_shot_us
+        )
         self._overlap = self.serving.overlap
         self._sample_row = m.vocab_size * k.sampler_bytes_per_logit / (hw.hbm_bw_tbps * 1e6) * beta["inv_me"]
         self._sample_call = float(k.sampler_call_us)
