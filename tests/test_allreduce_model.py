@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from clikit import assert_user_error, run_module
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distsim import load_config, simulate
@@ -87,6 +87,7 @@ def test_each_message_takes_vllms_path():
     assert ar.path(MIB, 2, False, False, True) == "nccl_host"  # no P2P: through host memory
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     tp=st.sampled_from([2, 3, 4, 6, 8]),
     nvlink=st.booleans(), p2p=st.booleans(), use_custom=st.booleans(),

@@ -76,6 +76,7 @@ class ServingConfig:
     host_overlap: bool | None = None  # host work hidden behind the GPU step (null: engine.async_scheduling)
     interconnect: str | None = None  # nvlink | pcie (null: nvlink when the GPU link beats the host link)
     p2p: bool = True  # GPU peer-to-peer access (custom all-reduce needs it; NCCL without it goes through host)
+    fused_moe: bool = True  # MoE layers run vLLM's fused_moe kernels (false: the step tables' stand-in's per-layer overhead)
     # sampling path (its measured terms): auto (the model's generation defaults, which vLLM applies to requests
     # that set none) | temperature | top_k_top_p | greedy
     sampler: str = "auto"

@@ -19,6 +19,15 @@ Every threshold below is vLLM's, cited in docs/data/serving_sources.md:
   T x hidden activations on the path vLLM picks for it (custom one-shot or two-shot below 8 MiB with
   peer-to-peer access, NCCL's ring beyond it, NCCL over PCIe or through host memory without P2P), each
   path's terms fitted on public H100 profiles: :mod:`distsim.instance.latency.allreduce`.
+- **vLLM's fused MoE** (``fused_moe``): the step tables' MoE layers are a PyTorch stand-in whose router,
+  top-k, counting sort, row gather and combine launch 14.1 kernels per MoE layer beyond a dense layer's
+  (:data:`STAND_IN_MOE_EXTRA_KERNELS`, their profiles); vLLM's fused_moe path launches 4 beyond a dense
+  MLP's (the router GEMM, ``topk_softmax``, ``moe_align_block_size``, ``moe_sum``: its token gather
+  and the routing weights live inside the two Triton GEMMs; vllm/model_executor/layers/fused_moe/
+  fused_moe.py, ``fused_topk`` and ``TritonExperts.apply``). The per-MoE-layer overhead the tables fit
+  (``moe_layer_overhead_us``: launch- and latency-bound small kernels) is priced at that share,
+  :data:`FUSED_MOE_SHARE`; it is per GPU, the same on every TP or EP shard (each GPU routes every token
+  and launches the same kernels on its shard of the experts).
 - **Host work** (``host_overlap``): the engine's per-step and per-sequence CPU time (scheduling, input
   preparation, output processing). With async scheduling vLLM prepares step N+1 while step N runs on
   the GPU, so the host time is hidden unless it exceeds the GPU's; only the excess adds. Without, it
@@ -51,6 +60,14 @@ from distsim.errors import ConfigError
 from distsim.instance.latency.allreduce import all_reduce_us
 
 INTERCONNECTS = ("nvlink", "pcie")
+# kernels a MoE layer launches beyond a dense layer's in the step tables' stand-in: a least-squares split
+# of the kernel counts of decode B=1 in profile_{llama-3.1-8b,qwen2.5-7b,mixtral-8x7b-8layers,
+# qwen3-30b-a3b}.csv into a per-step part and per-layer parts (scripts/fused_moe_kernels.py)
+STAND_IN_MOE_EXTRA_KERNELS = 14.1
+# and in vLLM's fused_moe path beyond a dense MLP's gate_up, SiLU-and-mul and down: the router GEMM,
+# topk_softmax, moe_align_block_size, moe_sum (vllm/model_executor/layers/fused_moe/fused_moe.py)
+FUSED_MOE_EXTRA_KERNELS = 4
+FUSED_MOE_SHARE = FUSED_MOE_EXTRA_KERNELS / STAND_IN_MOE_EXTRA_KERNELS
 # vLLM's sampling paths measured on an H100 (scripts/sampler_fit.py --op OP on
 # docs/data/h100_serving/run2/sampling.csv): (sampler_call_us, sampler_bytes_per_logit, sampler_extra_rows).
 # Which one a request takes follows its sampling parameters, which default to the model's
@@ -74,6 +91,7 @@ class ServingSettings:
     host_overlap: bool | None = None  # null: engine.async_scheduling
     interconnect: str | None = None  # nvlink | pcie; null: nvlink when the GPU link beats the host link
     p2p: bool = True  # GPU peer-to-peer access (PCIe consumer cards may lack it)
+    fused_moe: bool = True  # MoE layers as vLLM's fused_moe runs them (FUSED_MOE_SHARE of the stand-in's overhead)
     sampler: str = "auto"  # the sampling path (SAMPLERS: its measured terms unless set); auto: the model's defaults
 
 
@@ -98,7 +116,7 @@ def settings_from(cfg: Any, key: str = "cluster.latency.serving") -> ServingSett
     if node is None:
         return ServingSettings()
     out = {}
-    for name in ("cuda_graphs", "custom_all_reduce", "host_overlap", "p2p"):
+    for name in ("cuda_graphs", "custom_all_reduce", "host_overlap", "p2p", "fused_moe"):
         value = node.get(name)
         if value is None:
             continue
