@@ -112,9 +112,9 @@ class Roofline3Coefficients:
     all_reduce_latency_us: float = 1.122
     # and the fraction of the link's bandwidth its peer reads reach
     all_reduce_link_efficiency: float = 1.0
-    # the two-shot custom all-reduce's barrier between its stages (allreduce.py: 7.21 us in vLLM's kernel
-    # profile, docs/data/allreduce_fit.json)
-    all_reduce_two_shot_us: float = 0.0
+    # the two-shot custom all-reduce's barrier between its stages: vLLM's kernel profile on an H100
+    # (allreduce.py, CUSTOM_TWO_SHOT_US; python scripts/allreduce_fit.py -> docs/data/allreduce_fit.json)
+    all_reduce_two_shot_us: float = 7.212
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
     # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
     eager_layer_overhead_us: float = 14.81
