@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 from distsim import load_config, simulate
 from distsim.catalog import load_hardware, load_model
 from distsim.errors import ConfigError
-from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.allreduce import NCCL_PCIE, NCCL_RING, all_reduce_us
+from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.roofline3 import DEFAULTS, Roofline3Latency
 from distsim.instance.latency.serving import (
     ServingSettings,
