@@ -12,7 +12,9 @@ Which path (vLLM; docs/data/serving_sources.md cites each line):
 - **custom two-shot** (``cross_device_reduce_2stage``): larger messages under 8 MiB on fully connected
   groups. Reduce-scatter (each GPU reads its 1/tp slice from every peer), a barrier, all-gather (reads
   the peers' reduced slices): ``latency + two_shot_us + 2 (tp - 1) / tp bytes / peer``; the barrier
-  between the stages is ``two_shot_us``.
+  between the stages is ``two_shot_us``. (vLLM 0.11+ with symmetric memory on an H100 sends TP 6 and 8
+  messages above 512 / 256 KiB to PyTorch's symmetric-memory all-reduce instead; no profile times it, so
+  the two-shot prices them: docs/data/serving_sources.md.)
 - **NCCL ring** on NVLink (messages of 8 MiB and more, TP degrees vLLM's kernel lacks, or the custom
   all-reduce off): the ring all-reduce's 2 (tp - 1) steps, each moving bytes / tp, at the bus bandwidth
   (NCCL's nccl-tests doc/PERFORMANCE.md: busbw = algbw x 2 (n - 1) / n):
