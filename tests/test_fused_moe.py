@@ -27,14 +27,17 @@ STEPS = ROOT.parent / "shared" / "data" / "h100_steps"
 H100 = load_hardware("H100")
 
 
-def roof(model: str, tp: int, fused: bool) -> Roofline3Latency:
-    ctx = LatencyContext(load_model(model), H100, tp, max_num_seqs=256, max_num_batched_tokens=2048, async_scheduling=True)
+def roof(model: str, tp: int, fused: bool, ep_dp: int = 1) -> Roofline3Latency:
+    ctx = LatencyContext(load_model(model), H100, tp, data_parallel_size=ep_dp, expert_parallel=ep_dp > 1,
+                         max_num_seqs=256, max_num_batched_tokens=2048, async_scheduling=True)
     return Roofline3Latency(ctx, DEFAULTS, ServingSettings(fused_moe=fused))
 
 
-@pytest.mark.parametrize(("model", "tp"), [("mixtral-8x7b", 1), ("mixtral-8x7b", 2), ("mixtral-8x7b", 4), ("qwen3-30b-a3b", 1)])
-def test_a_moe_step_saves_the_stand_ins_extra_routing_kernels_on_every_shard(model, tp):
-    fused, stand_in = roof(model, tp, True), roof(model, tp, False)
+@pytest.mark.parametrize(("model", "tp", "ep_dp"),
+                         [("mixtral-8x7b", 1, 1), ("mixtral-8x7b", 2, 1), ("mixtral-8x7b", 4, 1), ("qwen3-30b-a3b", 1, 1),
+                          ("qwen3-30b-a3b", 1, 4)])
+def test_a_moe_step_saves_the_stand_ins_extra_routing_kernels_on_every_shard(model, tp, ep_dp):
+    fused, stand_in = roof(model, tp, True, ep_dp), roof(model, tp, False, ep_dp)
     m = load_model(model)
     saved = m.num_moe_layers * DEFAULTS.moe_layer_overhead_us * (1.0 - FUSED_MOE_SHARE)
     for b in (1, 8, 64):
