@@ -14,13 +14,11 @@ from omegaconf import OmegaConf
 from distsim import load_config, simulate
 from distsim.catalog import load_hardware, load_model
 from distsim.errors import ConfigError
+from distsim.instance.latency.allreduce import NCCL_PCIE, NCCL_RING, all_reduce_us
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.roofline3 import DEFAULTS, Roofline3Latency
 from distsim.instance.latency.serving import (
-    NCCL_NVLINK,
-    NCCL_PCIE,
     ServingSettings,
-    all_reduce_us,
     capture_sizes,
     settings_from,
 )
@@ -78,13 +76,14 @@ def test_the_all_reduce_takes_vllms_path_by_size_and_link():
     link = 450.0
     # two GPUs under 8 MiB: one-shot custom all-reduce, latency + (tp - 1) bytes / link
     assert all_reduce_us(MIB, 2, link, True, True, True, lat, 64.0) == pytest.approx(10.0 + MIB / 450e3)
-    # four GPUs: one-shot under 512 KiB, two-shot above
+    # four GPUs: one-shot under 512 KiB, two-shot above (its barrier between the stages: 7 us here)
     assert all_reduce_us(256 * 1024, 4, link, True, True, True, lat, 64.0) == pytest.approx(10.0 + 3 * 262144 / 450e3)
-    assert all_reduce_us(MIB, 4, link, True, True, True, lat, 64.0) == pytest.approx(20.0 + 1.5 * MIB / 450e3)
-    # 8 MiB and over, or custom all-reduce off: NCCL as Vidur's DGX profile fits
-    fixed, algbw = NCCL_NVLINK[4]
-    assert all_reduce_us(8 * MIB, 4, link, True, True, True, lat, 64.0) == pytest.approx(fixed + 8 * MIB / (algbw * 1e3))
-    assert all_reduce_us(MIB, 4, link, True, True, False, lat, 64.0) == pytest.approx(fixed + MIB / (algbw * 1e3))
+    assert all_reduce_us(MIB, 4, link, True, True, True, lat, 64.0, 1.0, 7.0) == pytest.approx(17.0 + 1.5 * MIB / 450e3)
+    # 8 MiB and over, or custom all-reduce off: NCCL's ring as Vidur's DGX profile fits
+    fixed, per_step, bus = NCCL_RING
+    ring = fixed + 3 * per_step
+    assert all_reduce_us(8 * MIB, 4, link, True, True, True, lat, 64.0) == pytest.approx(ring + 1.5 * 8 * MIB / (bus * 450e3))
+    assert all_reduce_us(MIB, 4, link, True, True, False, lat, 64.0) == pytest.approx(ring + 1.5 * MIB / (bus * 450e3))
     # PCIe: two GPUs with P2P keep the custom all-reduce; four are not fully connected: NCCL
     assert all_reduce_us(MIB, 2, 64.0, False, True, True, lat, 64.0) == pytest.approx(10.0 + MIB / 64e3)
     f, share = NCCL_PCIE

@@ -80,6 +80,7 @@ class ServingConfig:
     host_overlap: bool | None = None  # host work hidden behind the GPU step (null: engine.async_scheduling)
     interconnect: str | None = None  # nvlink | pcie (null: nvlink when the GPU link beats the host link)
     p2p: bool = True  # GPU peer-to-peer access (custom all-reduce needs it; NCCL without it goes through host)
+    fused_moe: bool = True  # MoE layers run vLLM's fused_moe kernels (false: the step tables' stand-in's per-layer overhead)
     # sampling path (its measured terms): auto (the model's generation defaults, which vLLM applies to requests
     # that set none) | temperature | top_k_top_p | greedy
     sampler: str = "auto"
@@ -112,6 +113,7 @@ class LatencyConfig:
     routing_skew: float | None = None  # Zipf exponent of expert popularity; 0: uniform routing
     all_reduce_latency_us: float | None = None  # fixed time of one custom all-reduce (or EP all-to-all)
     all_reduce_link_efficiency: float | None = None  # the custom all-reduce's share of the link bandwidth
+    all_reduce_two_shot_us: float | None = None  # the two-shot custom all-reduce's barrier between its stages
     eager_layer_overhead_us: float | None = None  # launch gaps per layer of a step run without a CUDA graph
     sampler_call_us: float | None = None  # sampling's fixed time per step
     sampler_bytes_per_logit: float | None = None  # sampling's bytes per logit of each sampled row

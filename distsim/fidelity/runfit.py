@@ -57,6 +57,7 @@ TERMS: dict[str, tuple[float, float, float]] = {
     "cluster.latency.layer_overhead_us": (0.0, 200.0, 5.0),
     "cluster.latency.all_reduce_latency_us": (0.0, 50.0, 2.0),
     "cluster.latency.all_reduce_link_efficiency": (0.05, 1.0, 0.1),
+    "cluster.latency.all_reduce_two_shot_us": (0.0, 50.0, 2.0),
     "cluster.latency.sampler_call_us": (0.0, 2000.0, 100.0),
     "cluster.latency.paged_kv_read_factor": (0.5, 3.0, 0.1),
     "cluster.latency.step_overhead_us": (0.0, 5000.0, 100.0),
@@ -89,6 +90,7 @@ PRIOR_SD: dict[str, float] = {
     "cluster.latency.layer_overhead_us": 15.0,
     "cluster.latency.all_reduce_latency_us": 3.0,
     "cluster.latency.all_reduce_link_efficiency": 0.2,
+    "cluster.latency.all_reduce_two_shot_us": 3.0,  # the H100 kernel profile's barrier; another link's may differ
     "cluster.latency.sampler_call_us": 50.0,
     "cluster.latency.paged_kv_read_factor": 0.15,
     "cluster.latency.step_overhead_us": 500.0,

@@ -15,8 +15,9 @@ attention   = F_pair A / (peak ae)  +  kv K / (bw me)
               + max(F_dpair C / (peak ae),  kv C / (bw me))                (+ sliding-window terms)
 activations = T (a_h H L + a_i I_tok + a_r k H L_moe) / (bw me)
 fp8 quant   = T Q_tok x 5.26 / bw  +  3.55 us x quantised inputs per step                    (FP8)
-layers      = L layer_overhead_us + L_moe moe_layer_overhead_us
-collectives = TP all-reduces by message size and path (serving.py), expert-parallel all-to-alls
+layers      = L layer_overhead_us + L_moe moe_layer_overhead_us  (serving: vLLM's fused MoE launches a share
+              of the stand-in's MoE-layer kernels, serving.py)
+collectives = TP all-reduces by message size, TP degree and path (allreduce.py), expert-parallel all-to-alls
 sampling    = (R + sampler_extra_rows) x vocab x sampler_bytes_per_logit / (bw me) + sampler_call_us
 padding     = the matmuls, per-token kernels and collectives of the CUDA graph's padded rows (serving.py)
 eager       = eager_layer_overhead_us x L for a step above the largest captured size (launch gaps)
@@ -75,6 +76,7 @@ from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
 from distsim.instance.latency.roofline import RooflineLatency, communication
 from distsim.instance.latency.serving import (
+    FUSED_MOE_SHARE,
     SAMPLERS,
     ServingLayer,
     ServingSettings,
@@ -110,6 +112,9 @@ class Roofline3Coefficients:
     all_reduce_latency_us: float = 1.122
     # and the fraction of the link's bandwidth its peer reads reach
     all_reduce_link_efficiency: float = 1.0
+    # the two-shot custom all-reduce's barrier between its stages: vLLM's kernel profile on an H100
+    # (allreduce.py, CUSTOM_TWO_SHOT_US; python scripts/allreduce_fit.py -> docs/data/allreduce_fit.json)
+    all_reduce_two_shot_us: float = 7.212
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
     # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
     eager_layer_overhead_us: float = 14.81
@@ -152,6 +157,7 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "routing_skew": (0.0, 10.0, False),
     "all_reduce_latency_us": (0.0, 1e6, False),
     "all_reduce_link_efficiency": (0.0, 1.0, True),
+    "all_reduce_two_shot_us": (0.0, 1e4, False),
     "eager_layer_overhead_us": (0.0, 1e4, False),
     "sampler_bytes_per_logit": (0.0, 1e4, False),
     "sampler_extra_rows": (0.0, 1e4, False),
@@ -272,10 +278,17 @@ class Roofline3Latency(RooflineLatency):
             units["act_h"] * beta["act_h"] + units["act_i"] * beta["act_i"] + units["act_r"] * beta["act_r"]
             + units["quant_tok"]
         )
-        self._layers = units["layers"] * beta["layer"] + units["moe_layers"] * beta["moe_layer"] + units["quant_fixed"]
+        # vLLM's fused MoE launches FUSED_MOE_SHARE of the stand-in's per-MoE-layer kernels (serving only: <= 0)
+        moe_share = FUSED_MOE_SHARE if serving.fused_moe else 1.0
+        self._fused_moe_us = units["moe_layers"] * beta["moe_layer"] * (moe_share - 1.0)
+        self._layers = (
+            units["layers"] * beta["layer"] + units["moe_layers"] * beta["moe_layer"] + units["quant_fixed"] + self._fused_moe_us
+        )
         # expert-parallel all-to-alls (the TP all-reduces are the serving layer's)
         self._a0, self._a_tok = communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
-        self.serving = ServingLayer(serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency)
+        self.serving = ServingLayer(
+            serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency, k.all_reduce_two_shot_us
+        )
         self._overlap = self.serving.overlap
         self._sample_row = m.vocab_size * k.sampler_bytes_per_logit / (hw.hbm_bw_tbps * 1e6) * beta["inv_me"]
         self._sample_call = float(k.sampler_call_us)
@@ -447,7 +460,7 @@ class Roofline3Latency(RooflineLatency):
         d_c, d_m = sides[-1]
         kv_m = b["inv_me"] * add["inv_me"]
         out.update(
-            paged_kv_us=(max(d_c, d_m * f) - max(d_c, d_m)) + kv_m * (f - 1.0),
+            paged_kv_us=(max(d_c, d_m * f) - max(d_c, d_m)) + kv_m * (f - 1.0), fused_moe_us=self._fused_moe_us,
             all_reduce_us=collectives + self._a0 + self._a_tok * tokens, padding_us=padding, eager_us=eager, sampler_us=sampler,
             host_us=host, host_work_us=self._host + self._per_seq * shape.sequences,
         )

@@ -15,14 +15,19 @@ Every threshold below is vLLM's, cited in docs/data/serving_sources.md:
   largest size (or every batch, with graphs off) runs eagerly: the GPU idles between kernels shorter
   than their launch, ``eager_layer_overhead_us`` per layer (an H100's decode stack eager against its
   graph replay at 257-512 rows, docs/data/h100_serving).
-- **Collectives by message size and path** (``custom_all_reduce``): each TP all-reduce of T x hidden
-  activations takes vLLM's custom all-reduce when the group is 2, 4, 6 or 8 GPUs with peer-to-peer
-  access (more than two only fully NVLink-connected) and the message is under 8 MiB: one-shot (every
-  GPU reads every peer's buffer: latency + (tp - 1) bytes / link) for two GPUs, or under 512 KiB at up
-  to four and 256 KiB at up to eight, else two-shot (reduce-scatter then all-gather: two latencies +
-  2 (tp - 1) / tp bytes / link). Otherwise NCCL, as measured: on NVLink the affine fits of Vidur's
-  8-GPU H100 DGX all-reduce profiles by size (:data:`NCCL_NVLINK`), over PCIe the fit of its pairwise
-  boxes' 4-GPU rows (which cross PCIe), through host memory at half the host link without P2P.
+- **Collectives by message size, TP degree and path** (``custom_all_reduce``): each TP all-reduce of
+  T x hidden activations on the path vLLM picks for it (custom one-shot or two-shot below 8 MiB with
+  peer-to-peer access, NCCL's ring beyond it, NCCL over PCIe or through host memory without P2P), each
+  path's terms fitted on public H100 profiles: :mod:`distsim.instance.latency.allreduce`.
+- **vLLM's fused MoE** (``fused_moe``): the step tables' MoE layers are a PyTorch stand-in whose router,
+  top-k, counting sort, row gather and combine launch 14.1 kernels per MoE layer beyond a dense layer's
+  (:data:`STAND_IN_MOE_EXTRA_KERNELS`, their profiles); vLLM's fused_moe path launches 4 beyond a dense
+  MLP's (the router GEMM, ``topk_softmax``, ``moe_align_block_size``, ``moe_sum``: its token gather
+  and the routing weights live inside the two Triton GEMMs; vllm/model_executor/layers/fused_moe/
+  fused_moe.py, ``fused_topk`` and ``TritonExperts.apply``). The per-MoE-layer overhead the tables fit
+  (``moe_layer_overhead_us``: launch- and latency-bound small kernels) is priced at that share,
+  :data:`FUSED_MOE_SHARE`; it is per GPU, the same on every TP or EP shard (each GPU routes every token
+  and launches the same kernels on its shard of the experts).
 - **Host work** (``host_overlap``): the engine's per-step and per-sequence CPU time (scheduling, input
   preparation, output processing). With async scheduling vLLM prepares step N+1 while step N runs on
   the GPU, so the host time is hidden unless it exceeds the GPU's; only the excess adds. Without, it
@@ -52,19 +57,17 @@ from importlib import resources
 from typing import Any
 
 from distsim.errors import ConfigError
+from distsim.instance.latency.allreduce import all_reduce_us
 
-# vllm/distributed/device_communicators/custom_all_reduce.py: max_size=8192 * 1024, world sizes 2, 4, 6, 8
-CUSTOM_AR_MAX_BYTES = 8192 * 1024
-CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8)
-# csrc/custom_all_reduce.cuh: one-shot below these sizes when fully connected (two GPUs: always)
-ONE_SHOT_MAX_BYTES = ((4, 512 * 1024), (8, 256 * 1024))
-# NCCL all-reduce on an H100 DGX by workers: (fixed us, algorithm bandwidth GB/s), least squares over
-# the messages of 8-64 MiB of Vidur's h100_dgx_all_reduce.csv (scripts/nccl_profiles.py)
-NCCL_NVLINK: dict[int, tuple[float, float]] = {2: (17.0, 290.0), 4: (20.8, 226.4), 8: (42.1, 217.0)}
-# its pairwise-NVLink box's 4-GPU rows, whose all-reduce crosses PCIe: fixed us and algorithm bandwidth
-# as a fraction of the PCIe link per direction it crossed (Gen5 x16, 64 GB/s)
-NCCL_PCIE = (51.7, 33.2 / 64.0)
 INTERCONNECTS = ("nvlink", "pcie")
+# kernels a MoE layer launches beyond a dense layer's in the step tables' stand-in: a least-squares split
+# of the kernel counts of decode B=1 in profile_{llama-3.1-8b,qwen2.5-7b,mixtral-8x7b-8layers,
+# qwen3-30b-a3b}.csv into a per-step part and per-layer parts (scripts/fused_moe_kernels.py)
+STAND_IN_MOE_EXTRA_KERNELS = 14.1
+# and in vLLM's fused_moe path beyond a dense MLP's gate_up, SiLU-and-mul and down: the router GEMM,
+# topk_softmax, moe_align_block_size, moe_sum (vllm/model_executor/layers/fused_moe/fused_moe.py)
+FUSED_MOE_EXTRA_KERNELS = 4
+FUSED_MOE_SHARE = FUSED_MOE_EXTRA_KERNELS / STAND_IN_MOE_EXTRA_KERNELS
 # vLLM's sampling paths measured on an H100 (scripts/sampler_fit.py --op OP on
 # docs/data/h100_serving/run2/sampling.csv): (sampler_call_us, sampler_bytes_per_logit, sampler_extra_rows).
 # Which one a request takes follows its sampling parameters, which default to the model's
@@ -88,6 +91,7 @@ class ServingSettings:
     host_overlap: bool | None = None  # null: engine.async_scheduling
     interconnect: str | None = None  # nvlink | pcie; null: nvlink when the GPU link beats the host link
     p2p: bool = True  # GPU peer-to-peer access (PCIe consumer cards may lack it)
+    fused_moe: bool = True  # MoE layers as vLLM's fused_moe runs them (FUSED_MOE_SHARE of the stand-in's overhead)
     sampler: str = "auto"  # the sampling path (SAMPLERS: its measured terms unless set); auto: the model's defaults
 
 
@@ -112,7 +116,7 @@ def settings_from(cfg: Any, key: str = "cluster.latency.serving") -> ServingSett
     if node is None:
         return ServingSettings()
     out = {}
-    for name in ("cuda_graphs", "custom_all_reduce", "host_overlap", "p2p"):
+    for name in ("cuda_graphs", "custom_all_reduce", "host_overlap", "p2p", "fused_moe"):
         value = node.get(name)
         if value is None:
             continue
@@ -157,39 +161,18 @@ def sampler_path(sampler: str, model_name: str, own: dict[str, Any] | None = Non
     return "temperature"
 
 
-def all_reduce_us(nbytes: float, tp: int, link_gbps: float, nvlink: bool, p2p: bool, custom: bool,
-                  custom_latency_us: float, host_link_gbps: float, custom_link_efficiency: float = 1.0) -> float:
-    """One all-reduce of ``nbytes`` over ``tp`` GPUs: vLLM's custom all-reduce (its peer reads at
-    ``custom_link_efficiency`` of the link) or NCCL (module docstring)."""
-    if tp <= 1 or nbytes <= 0:
-        return 0.0
-    link = link_gbps * 1e3  # bytes per us
-    if custom and p2p and tp in CUSTOM_AR_WORLD_SIZES and (tp == 2 or nvlink) and nbytes < CUSTOM_AR_MAX_BYTES:
-        one_shot = tp == 2 or any(tp <= n and nbytes < limit for n, limit in ONE_SHOT_MAX_BYTES)
-        peer = link * custom_link_efficiency
-        if one_shot:
-            return custom_latency_us + (tp - 1) * nbytes / peer
-        return 2.0 * custom_latency_us + 2.0 * (tp - 1) / tp * nbytes / peer
-    if nvlink:
-        fixed, algbw = NCCL_NVLINK[min((n for n in NCCL_NVLINK if n >= tp), default=8)]
-        return fixed + nbytes / (algbw * 1e3)
-    fixed, share = NCCL_PCIE
-    bw = link * share if p2p else host_link_gbps * 1e3 / 2.0
-    return fixed + nbytes / bw
-
-
 class ServingLayer:
     """The serving terms of one engine (a model on ``tp`` GPUs) as tables by token count."""
 
     def __init__(self, settings: ServingSettings, ctx: Any, custom_latency_us: float, async_scheduling: bool,
-                 custom_link_efficiency: float = 1.0):
+                 custom_link_efficiency: float = 1.0, two_shot_us: float = 0.0):
         m, hw, tp = ctx.model, ctx.hardware, ctx.tensor_parallel_size
         self.settings = settings
         self.overlap = async_scheduling if settings.host_overlap is None else settings.host_overlap
         link = settings.interconnect or ("nvlink" if hw.link_gbps_per_dir > hw.host_link_gbps_per_dir else "pcie")
         self.nvlink = link == "nvlink"
         self._ar = (tp, hw.link_gbps_per_dir, self.nvlink, settings.p2p, settings.custom_all_reduce,
-                    custom_latency_us, hw.host_link_gbps_per_dir, custom_link_efficiency)
+                    custom_latency_us, hw.host_link_gbps_per_dir, custom_link_efficiency, two_shot_us)
         self._ar_bytes = m.hidden_size * 2  # activations are bf16 (FP8 checkpoints too)
         self._n_ar = 2 * m.num_layers if tp > 1 else 0
         self.sizes = (
