@@ -22,6 +22,7 @@ GROUPS = ("cluster", "workload", "policy", "signals", "fitness")
 COMPANIONS = {
     "workload=mixed_70_20_10": ["cluster=mixed_fleet"],  # its request types need runtime pools
     "policy=llmd": [f"policy.routing.endpoint_picker={Path(__file__).parent / 'data/endpoint_picker/prefix_load.yaml'}"],
+    "workload=lora_zipf": ["cluster=lora"],  # adapters need a pool that serves LoRA
 }
 
 
