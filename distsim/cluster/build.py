@@ -46,12 +46,18 @@ def build_instances(
     as distsim.instance.observed.ObservedInstance when a timeline listens to the steps; ``cancellable``:
     the cluster hedges, so its engines can cancel requests (policy.hedge). A pool that speculates builds
     ``instance_cls`` with the speculative step cycle (distsim.instance.speculative.engine), each engine
-    drawing its acceptances from a stream of its own ("speculative/<engine>" under ``seed``)."""
+    drawing its acceptances from a stream of its own ("speculative/<engine>" under ``seed``). A pool whose
+    engines order their queues by predicted output reads the run's one set of predictions (under ``seed``:
+    the same for every engine and every routing policy)."""
     instances: list[Instance] = []
     pool_of: list[PoolSpec] = []
     group = first_group
     for pool in pools:
         cls, extra = instance_cls, {}
+        if pool.engine.scheduler == "predicted_output":
+            from distsim.instance.queues.output_prediction import OutputPrediction
+
+            extra["output_prediction"] = OutputPrediction.of(seed, pool.engine.output_prediction_sigma)
         if pool.engine.speculative is not None:
             from distsim.instance.speculative.engine import speculative_class
 
@@ -60,7 +66,7 @@ def build_instances(
             for _ in range(pool.data_parallel_size):
                 index = first + len(instances)
                 if cls is not instance_cls:
-                    extra = {"rng": stream(seed, f"speculative/{index}")}
+                    extra["rng"] = stream(seed, f"speculative/{index}")
                 inst = cls(
                     index,
                     pool.engine,
