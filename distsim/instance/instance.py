@@ -81,8 +81,8 @@ class EngineParams:
     cpu_kv_blocks: int  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
     prefill_batch_min: int | None  # windowed prefill batching (distsim.instance.batching); None: no min
     prefill_batch_window_us: int  # the batching window; 0: off (continuous batching)
+    output_prediction_sigma: float  # predicted_output's log-space error (distsim.instance.queues.output_prediction)
     scheduler_aging_per_s: float = 0.0  # an ordered queue's aging (distsim.instance.queues.keyed); 0: none
-    output_prediction_sigma: float = 0.0  # predicted_output's log-space error (distsim.instance.queues.output_prediction)
     speculative: SpeculativeSettings | None = None  # speculative decoding (distsim.instance.speculative); None: off
 
 
