@@ -36,7 +36,7 @@ class OutputPrediction:
 
     def z(self, request_id: int) -> float:
         """The standard normal draw of request ``request_id`` (hedge copies, negative ids, have their own)."""
-        word = hashlib.blake2b(request_id.to_bytes(8, "little", signed=True), digest_size=8, key=self.key).digest()
+        word = hashlib.blake2b(int(request_id).to_bytes(8, "little", signed=True), digest_size=8, key=self.key).digest()
         return _QUANTILE((int.from_bytes(word, "little") + 0.5) / _TWO_64)
 
     def predict(self, req: Request) -> float:
