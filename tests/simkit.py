@@ -75,6 +75,7 @@ def engine(**kw) -> EngineParams:
         max_num_seqs=8, max_num_batched_tokens=64, block_size=4, total_kv_blocks=64, enable_chunked_prefill=True,
         enable_prefix_caching=True, scheduler_reserve_full_isl=True, async_scheduling=False, scheduler="fcfs",
         max_model_len=None, cpu_kv_blocks=0, prefill_batch_min=None, prefill_batch_window_us=0,
+        output_prediction_sigma=1.0,
     )
     base.update(kw)
     return EngineParams(**base)

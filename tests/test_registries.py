@@ -22,7 +22,7 @@ from distsim.workload.length_dists import DISTS
 from distsim.workload.traces.formats import READERS
 
 FAMILIES = [
-    (QUEUES, "cluster.engine.scheduler", {"fcfs", "priority", "shortest_prompt"}),
+    (QUEUES, "cluster.engine.scheduler", {"fcfs", "priority", "shortest_prompt", "predicted_output"}),
     (LATENCY_MODELS, "cluster.latency.kind", {"linear", "roofline"}),
     (KINDS, "workload.kind", {"synthetic", "trace"}),
     (READERS, "workload.format", {"mooncake", "azure", "burstgpt", "csv", "parquet"}),

@@ -225,3 +225,61 @@ def test_a_bad_oracle_objective_names_the_key():
     assert err.value.key == "policy.routing.objective"
     assert math.isfinite(simulate(load_config(["policy=oracle", "policy.routing.objective=ttft",
                                                "workload.num_requests=40"])).summary["ttft_ms"]["mean"])
+
+
+PD_DECIDER = ["cluster=pd_disagg", "policy=pd_decider", "policy.pd_decider.threshold_tokens=1024",
+              "workload.num_requests=150", "workload.arrival.rate_rps=10"]  # fmt: skip
+
+
+@pytest.mark.parametrize("pin_later", [False, True])
+def test_under_the_pd_decider_the_decode_pick_is_replayed_and_the_own_choice_is_the_run(pin_later):
+    """The decider routes the decode instance first, so that is the decision replayed, for a request the run
+    kept local (no prefill instance) as for one it disaggregated; replaying the run's own pick is the run."""
+    cfg = load_config(PD_DECIDER)
+    result = simulate(cfg)
+    runs = result.requests.set_index("request_id")
+    decode = tuple(sorted(runs["instance"].unique().tolist()))
+    decisions = regret(resolve(cfg), result.requests, RegretSettings(6, 60_000_000, pin_later=pin_later))
+    assert len(decisions) == 6
+    kinds = set()
+    for d in decisions:
+        assert d.members == decode
+        assert runs.loc[d.request_id, "instance"] == d.members[d.chosen]
+        assert d.outcomes[d.chosen].e2e_us / 1000.0 == pytest.approx(runs.loc[d.request_id, "e2e_ms"], abs=1e-9)
+        kinds.add(runs.loc[d.request_id, "prefill_instance"] < 0)
+    assert kinds == {True, False}  # both a local and a disaggregated request among the sampled ones
+
+
+class _View:
+    def __init__(self, members):
+        import numpy as np
+
+        self.members = np.array(members)
+
+
+def test_a_pinned_replay_keeps_both_p_d_stages_of_a_later_request():
+    """pin_later under P/D: a later request's prefill pick and its decode pick each stay the run's; a request
+    the decider kept local has only its decode pick, and a stage without a pinned candidate is the policy's."""
+    from distsim.regret.fork import Forks
+
+    forks = Forks(set(), 1_000_000, {7: (0, 3), 8: (-1, 2)})
+    forks.child = (0, Request(99, 0, 10, 1), 0, 0)
+    prefill, decode = _View([0, 1]), _View([2, 3])
+    assert forks._pin(Request(7, 0, 10, 1), prefill, 1) == 0
+    assert forks._pin(Request(7, 0, 10, 1), decode, 0) == 1
+    assert forks._pin(Request(8, 0, 10, 1), decode, 1) == 0
+    assert forks._pin(Request(8, 0, 10, 1), prefill, 1) == 1  # local in the run: its prefill pick is free
+    assert forks._pin(Request(9, 0, 10, 1), decode, 1) == 1  # not pinned
+
+
+def test_the_runs_choices_under_p_d_are_both_instances():
+    from distsim.regret.run import choices
+
+    cfg = load_config(PD_DECIDER)
+    result = simulate(cfg)
+    pinned = choices(resolve(cfg), result.requests)
+    runs = result.requests.set_index("request_id")
+    assert len(pinned) == len(runs)
+    for rid, (prefill, served) in pinned.items():
+        assert (prefill, served) == (runs.loc[rid, "prefill_instance"], runs.loc[rid, "instance"])
+    assert any(p < 0 for p, _ in pinned.values()) and any(p >= 0 for p, _ in pinned.values())

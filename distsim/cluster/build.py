@@ -47,25 +47,19 @@ def build_instances(
     as distsim.instance.observed.ObservedInstance when a timeline listens to the steps; ``cancellable``:
     the cluster hedges, so its engines can cancel requests (policy.hedge). A pool that speculates builds
     ``instance_cls`` with the speculative step cycle (distsim.instance.speculative.engine), each engine
-    drawing its acceptances from a stream of its own ("speculative/<engine>" under ``seed``)."""
+    drawing its acceptances from a stream of its own ("speculative/<engine>" under ``seed``). A pool whose
+    engines order their queues by predicted output reads the run's one set of predictions (under ``seed``:
+    the same for every engine and every routing policy)."""
     instances: list[Instance] = []
     pool_of: list[PoolSpec] = []
     group = first_group
     for pool in pools:
-        cls, extra = instance_cls, {}
-        if pool.engine.speculative is not None:
-            from distsim.instance.speculative.engine import speculative_class
-
-            cls = speculative_class(instance_cls)
-        if pool.engine.lora is not None:  # adapter slots (distsim.lora.engine)
-            from distsim.lora.engine import lora_class
-
-            cls = lora_class(cls) if cls is instance_cls else _lora_speculative(instance_cls)
+        cls, extra = _engine_class(pool, instance_cls, seed)
         for _ in range(pool.built_count):
             for _ in range(pool.data_parallel_size):
                 index = first + len(instances)
                 if pool.engine.speculative is not None:
-                    extra = {"rng": stream(seed, f"speculative/{index}")}
+                    extra["rng"] = stream(seed, f"speculative/{index}")
                 inst = cls(
                     index,
                     pool.engine,
@@ -85,6 +79,24 @@ def build_instances(
                 pool_of.append(pool)
             group += 1
     return instances, pool_of
+
+
+def _engine_class(pool: PoolSpec, instance_cls: type[Instance], seed: int) -> tuple[type[Instance], dict]:
+    """The engine class a pool's features call for, and the constructor arguments they add."""
+    cls, extra = instance_cls, {}
+    if pool.engine.scheduler == "predicted_output":
+        from distsim.instance.queues.output_prediction import OutputPrediction
+
+        extra["output_prediction"] = OutputPrediction.of(seed, pool.engine.output_prediction_sigma)
+    if pool.engine.speculative is not None:
+        from distsim.instance.speculative.engine import speculative_class
+
+        cls = speculative_class(instance_cls)
+    if pool.engine.lora is not None:  # adapter slots (distsim.lora.engine)
+        from distsim.lora.engine import lora_class
+
+        cls = lora_class(cls) if cls is instance_cls else _lora_speculative(instance_cls)
+    return cls, extra
 
 
 def _lora_speculative(instance_cls: type[Instance]) -> type[Instance]:

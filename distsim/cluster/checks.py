@@ -84,7 +84,12 @@ def waiting_queue(engine: DictConfig, need: Need) -> None:
         "scheduler_aging_per_s", "must be a finite number >= 0", aging,
     )  # fmt: skip
     need(aging == 0 or engine.scheduler != "fcfs", "scheduler_aging_per_s",
-         "ages an ordered queue (scheduler priority or shortest_prompt); fcfs needs 0", aging)  # fmt: skip
+         "ages an ordered queue (scheduler priority, shortest_prompt or predicted_output); fcfs needs 0", aging)  # fmt: skip
+    sigma = engine.output_prediction_sigma
+    need(
+        not isinstance(sigma, bool) and isinstance(sigma, (int, float)) and math.isfinite(sigma) and 0 <= sigma <= 10,
+        "output_prediction_sigma", "must be a number from 0 (an oracle) to 10: the predictor's log-space error", sigma,
+    )  # fmt: skip
 
 
 def prefill_batching(engine: DictConfig, need: Need) -> None:

@@ -56,10 +56,14 @@ class EngineConfig:
     scheduler_reserve_full_isl: bool = True  # admit a waiting request only if its whole sequence fits (vLLM >= 0.19)
     async_scheduling: bool = True  # vLLM's --async-scheduling (its default by 0.15): step N+1 is scheduled when step N begins
     activation_reserve_fraction: float = 0.05  # of GPU memory, kept for activations and the CUDA graphs
-    scheduler: str = "fcfs"  # waiting-queue order: fcfs | priority | shortest_prompt
+    scheduler: str = "fcfs"  # waiting-queue order: fcfs | priority | shortest_prompt | predicted_output
     # aging of an ordered queue: per second waited, a request gains this many priority levels (priority) or
-    # counts this many fewer prompt tokens (shortest_prompt); 0: none; fcfs needs none
+    # counts this many fewer prompt tokens (shortest_prompt) or predicted output tokens (predicted_output);
+    # 0: none; fcfs needs none
     scheduler_aging_per_s: float = 0.0
+    # predicted_output's predictor error: a prediction is the true output length x exp(sigma x z), z standard
+    # normal per request (its own stream); 0: an oracle; 1: within a factor e for two requests in three
+    output_prediction_sigma: float = 1.0
     cpu_kv_blocks: int = 0  # host-memory KV tier in blocks (vLLM's KV offloading); 0: off
     # windowed prefill batching (distsim/instance/batching.py): new prompts are held until this many wait,
     # or the oldest has waited the window

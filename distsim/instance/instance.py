@@ -52,6 +52,7 @@ from distsim.instance.stats import InstanceStats
 from distsim.request import Request, Status
 
 if TYPE_CHECKING:
+    from distsim.instance.queues.output_prediction import OutputPrediction
     from distsim.instance.speculative.settings import SpeculativeSettings
     from distsim.instance.storage_kv.settings import StorageKvSettings
 
@@ -81,6 +82,7 @@ class EngineParams:
     cpu_kv_blocks: int  # the CPU KV tier's blocks (distsim.instance.cpu_kv); 0: none
     prefill_batch_min: int | None  # windowed prefill batching (distsim.instance.batching); None: no min
     prefill_batch_window_us: int  # the batching window; 0: off (continuous batching)
+    output_prediction_sigma: float  # predicted_output's log-space error (distsim.instance.queues.output_prediction)
     scheduler_aging_per_s: float = 0.0  # an ordered queue's aging (distsim.instance.queues.keyed); 0: none
     speculative: SpeculativeSettings | None = None  # speculative decoding (distsim.instance.speculative); None: off
     storage_kv: StorageKvSettings | None = None  # the storage tier below the CPU tier (distsim.instance.storage_kv)
@@ -121,6 +123,7 @@ class Instance(Scheduler):
         dp_group: int | None = None,
         cpu: CpuKvTier | None = None,
         cancellable: bool = False,
+        output_prediction: OutputPrediction | None = None,
     ):
         self.index = index
         self.slot = index  # the row in the signal board's arrays (the board sets it)
@@ -135,7 +138,7 @@ class Instance(Scheduler):
         self.gpus = gpus
         self.dp_group = index if dp_group is None else dp_group  # the configured instance (data parallelism)
         self.priority = PRIO_INSTANCE + index
-        self._set_engine(params)
+        self._set_engine(params, output_prediction)
         self.stats = InstanceStats()
         if getattr(latency, "step_terms", None) is not None:  # the serving layer's terms (roofline3)
             self.stats.serving_steps = {}
@@ -174,8 +177,9 @@ class Instance(Scheduler):
         for listener in self.departure_listeners:
             listener(req, now, how)
 
-    def _set_engine(self, params: EngineParams) -> None:
-        """The engine settings under the short names the hot path reads, the KV cache and the queues."""
+    def _set_engine(self, params: EngineParams, output_prediction: OutputPrediction | None) -> None:
+        """The engine settings under the short names the hot path reads, the KV cache and the queues (the
+        predicted_output order reads the run's output predictions, shared by every engine of the run)."""
         self.params = params
         self.bs = params.block_size
         self.max_tokens = params.max_num_batched_tokens
@@ -192,7 +196,8 @@ class Instance(Scheduler):
         # cutting at the next boundary would give the same results with one step planned alone, and an event, more)
         self.lag = 1 if params.async_scheduling else 0
         self.kv = KVCache(params.total_kv_blocks)
-        self.waiting = QUEUES[params.scheduler](params.scheduler_aging_per_s)
+        prediction = () if output_prediction is None else (output_prediction,)
+        self.waiting = QUEUES[params.scheduler](params.scheduler_aging_per_s, *prediction)
         self.waiting_tokens = 0  # tokens the waiting requests still have to prefill (a signal)
         self.running: dict[int, Request] = {}  # admission order
         self.prefilling: list[Request] = []  # running requests still in prefill, admission order

@@ -76,10 +76,12 @@ class _Done(Exception):
 class Forks:
     """The sampled decisions and the forking; the router's hook calls :meth:`decide`."""
 
-    def __init__(self, sampled: set[int], horizon_us: int, pinned: dict[int, int] | None = None):
+    def __init__(self, sampled: set[int], horizon_us: int, pinned: dict[int, tuple[int, ...]] | None = None):
         self.pending = set(sampled)
         self.horizon_us = horizon_us
-        self.pinned = pinned  # request id -> the instance the run sent it to: later decisions in a replay
+        # request id -> the instances the run sent it to (under P/D its prefill and decode instances, the
+        # prefill one -1 where the P/D decider kept it local): later decisions in a replay
+        self.pinned = pinned
         self.decisions: list[Decision] = []
         self.child: tuple[int, Request, int, int] | None = None  # in a child: (pipe, request, decision, stop)
         self.loop: EventLoop | None = None
@@ -110,13 +112,15 @@ class Forks:
         return local
 
     def _pin(self, req: Request, view: ClusterView, local: int) -> int:
-        """In a replay, a later decision: the run's own (pinned, where that instance is a candidate), or the
-        policy's."""
-        target = self.pinned.get(req.request_id, -1) if self.pinned is not None else -1
-        if req is self.child[1] or target < 0:
+        """In a replay, a later decision: the run's own (pinned: the instance of the run's that is a candidate
+        of this decision, so each P/D stage keeps its own), or the policy's."""
+        if req is self.child[1] or self.pinned is None:
             return local
-        where = np.flatnonzero(view.members == target)
-        return int(where[0]) if where.size else local
+        for target in self.pinned.get(req.request_id, ()):
+            where = np.flatnonzero(view.members == target)
+            if where.size:
+                return int(where[0])
+        return local
 
     def _fork(self, req: Request, now: int, stop: int) -> Outcome | None:
         """In the parent, the child's outcome; in the child, None (it goes on simulating)."""
@@ -209,9 +213,12 @@ def fresh(req: Request) -> Request:
     )  # fmt: skip
 
 
-def replay(scenario: Scenario, sampled: set[int], horizon_us: int, pinned: dict[int, int] | None = None) -> list[Decision]:
-    """Run ``scenario`` again, forking at each sampled request's routing decision (see the module docstring);
-    ``pinned``: the run's own choices (request id -> instance), which later decisions in a replay then keep."""
+def replay(
+    scenario: Scenario, sampled: set[int], horizon_us: int, pinned: dict[int, tuple[int, ...]] | None = None
+) -> list[Decision]:
+    """Run ``scenario`` again, forking at each sampled request's first routing decision (see the module
+    docstring; under P/D the prefill pick, or with the P/D decider the decode pick, which is routed first);
+    ``pinned``: the run's own choices (request id -> its instances), which later decisions in a replay keep."""
     forks = Forks(sampled, horizon_us, pinned)
     routing = scenario.policy.routing
     policy = replace(scenario.policy, routing=replace(routing, cls=forking(routing.cls, forks)))

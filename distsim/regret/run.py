@@ -57,11 +57,16 @@ def regret(scenario: Scenario, requests: pd.DataFrame, settings: RegretSettings)
     return replay(scenario, set(sample(requests, settings.samples, scenario.seed)), settings.horizon_us, pinned)
 
 
-def choices(scenario: Scenario, requests: pd.DataFrame) -> dict[int, int]:
-    """The run's routing decisions: request id -> the instance its router chose (the prefill one under P/D)."""
-    column = "prefill_instance" if any(pool.role != "mixed" for pool in scenario.pools) else "instance"
-    routed = requests[requests[column] >= 0]
-    return dict(zip(routed["request_id"].tolist(), routed[column].tolist()))
+def choices(scenario: Scenario, requests: pd.DataFrame) -> dict[int, tuple[int, ...]]:
+    """The run's routing decisions: request id -> the instances its routers chose: under P/D the prefill and
+    the decode instance (the prefill one -1 where the P/D decider kept the request on its decode instance),
+    else the one instance. Every stage is pinned: a decode pick left free would move with the sampled
+    decision, and with the P/D decider so would whether later requests disaggregate."""
+    routed = requests[requests["instance"] >= 0]
+    ids, served = routed["request_id"].tolist(), routed["instance"].tolist()
+    if not any(pool.role != "mixed" for pool in scenario.pools):
+        return {i: (s,) for i, s in zip(ids, served)}
+    return {i: (p, s) for i, p, s in zip(ids, routed["prefill_instance"].tolist(), served)}
 
 
 def _values(decision: Decision, metric: str) -> tuple[np.ndarray, np.ndarray]:
