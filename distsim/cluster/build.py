@@ -71,7 +71,7 @@ def build_instances(
                     pool=pool.name,
                     role=pool.role,
                     hardware=pool.hardware.name,
-                    gpus=pool.tensor_parallel_size,
+                    gpus=pool.tensor_parallel_size * pool.pipeline_parallel_size,
                     dp_group=group,
                     cpu=cpu_tier(pool),
                     cancellable=cancellable,

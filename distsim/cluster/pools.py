@@ -16,6 +16,7 @@ from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
+from distsim.instance.pipeline.settings import pipeline_latency, refuse_unmodelled, resolve_pipeline
 from distsim.instance.speculative.settings import resolve_speculative
 from distsim.instance.storage_kv.settings import resolve_storage_kv
 from distsim.typed_merge import merge_onto
@@ -46,6 +47,7 @@ class PoolSpec:
     data_parallel_size: int = 1  # engines per instance, behind vLLM's balancer (distsim.cluster.data_parallel)
     autoscale: AutoscaleSettings | None = None  # None: a fixed pool of ``count``
     mig: MigSlices | None = None  # one instance per slice (``hardware`` is the slice's); None: whole GPUs
+    pipeline_parallel_size: int = 1  # stages per replica (distsim.instance.pipeline): tp x pp GPUs each
 
     @property
     def built_count(self) -> int:
@@ -87,13 +89,19 @@ def _check_pool(raw: RawPool, key: str, names: set[str]) -> None:
         raise ConfigError(f"{key}.role", f"must be one of {', '.join(ROLES)} (got {raw['role']!r})")
 
 
-def _engine_params(engine: DictConfig, model: ModelSpec, hardware: HardwareSpec, engine_key: str, gpus_per_node: int | None) -> EngineParams:
-    """The instance's engine settings, with the KV capacity derived when not given."""
+def _engine_params(engine: DictConfig, model: ModelSpec, hardware: HardwareSpec, engine_key: str, gpus_per_node: int | None,
+                   stages: tuple[int, ...] | None = None) -> EngineParams:
+    """The instance's engine settings, with the KV capacity derived when not given (from each pipeline stage's
+    memory when ``stages`` gives their layers)."""
     from distsim.catalog.capacity import derive_total_kv_blocks
+    from distsim.instance.pipeline.partition import stage_kv_blocks
 
     total_blocks = engine.total_kv_blocks
     max_len = checks.max_model_len(engine, model, engine_key)
-    if total_blocks is None:
+    if total_blocks is None and stages is not None:
+        model.check_tensor_parallel(engine.tensor_parallel_size, f"{engine_key}.tensor_parallel_size")
+        total_blocks = stage_kv_blocks(model, hardware, engine, engine.tensor_parallel_size, stages, engine_key)
+    elif total_blocks is None:
         total_blocks = derive_total_kv_blocks(model, hardware, engine, engine_key, gpus_per_node, max_len)
     params = EngineParams(
         max_num_seqs=engine.max_num_seqs,
@@ -131,7 +139,11 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
         # (num_gpu_blocks_override) is checked against max_model_len as on whole GPUs (one_sequence_fits)
         max_len = checks.max_model_len(engine, model, engine_key) if engine.total_kv_blocks is None else None
         hardware = check_fits(model, hardware, mig, engine, max_len, f"{key}.mig.profile", engine_key)
-    params = _engine_params(engine, model, hardware, engine_key, cluster.gpus_per_node)
+    pipeline = resolve_pipeline(engine, engine_key, model, hardware, tp, cluster.gpus_per_node)
+    if pipeline is not None:
+        refuse_unmodelled(engine_key, raw["role"], engine.speculative.method not in (None, "none"), mig is not None, dp)
+    params = _engine_params(engine, model, hardware, engine_key, cluster.gpus_per_node,
+                            None if pipeline is None else pipeline.layers)
     ep = bool(engine.enable_expert_parallel)
     checks.expert_parallel(ep, model, engine_key, tp, dp)
     latency_ctx = LatencyContext(
@@ -150,13 +162,18 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     if storage is not None:
         params = replace(params, storage_kv=storage)
     latency = build_latency_model(latency_cfg, latency_ctx)
+    pp = 1
+    if pipeline is not None:  # a round of micro-batches per step, each with its own token budget
+        latency = pipeline_latency(pipeline, latency, latency_cfg, latency_ctx, cluster.model)
+        params = replace(params, max_num_batched_tokens=params.max_num_batched_tokens * pipeline.size)
+        pp = pipeline.size
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
         "cluster.instances" if key == "cluster" else f"{key}.count", model.weight_bytes_per_gpu(tp, dp if ep else 1),
     )
     if mig is not None and autoscale is not None:
         raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
-    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig)
+    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig, pp)
 
 
 def _check_pools_together(pools: list[PoolSpec]) -> None:
