@@ -66,3 +66,28 @@ def timetable(stage_us: Sequence[float], send_us: Sequence[float], micro_batches
                 ready = leave + (send_us[k] if k < p - 1 else 0.0)
             back[j] = ready
     return visits
+
+
+def check_timetable(visits: Sequence[StageVisit], stage_us: Sequence[float], send_us: Sequence[float]) -> None:
+    """Raise SimulationError unless the timetable is causal (INV-PP): each visit lasts its stage's time, a
+    micro-batch enters stage k + 1 only after it left stage k and its send finished, and it re-enters stage 0
+    only after it left the last stage; a stage runs one micro-batch at a time."""
+    from distsim.errors import SimulationError
+
+    p = len(stage_us)
+    last: dict[int, StageVisit] = {}  # each micro-batch's previous visit
+    for v in sorted(visits, key=lambda v: (v.round, v.micro_batch, v.stage)):
+        if abs(v.leave_us - v.enter_us - stage_us[v.stage]) > 1e-9:
+            raise SimulationError(f"INV-PP: micro-batch {v.micro_batch} took {v.leave_us - v.enter_us} on stage {v.stage}")
+        prev = last.get(v.micro_batch)
+        if prev is not None:
+            ready = prev.leave_us + (send_us[prev.stage] if prev.stage < p - 1 else 0.0)
+            if v.stage != (prev.stage + 1) % p or v.enter_us < ready - 1e-9:
+                raise SimulationError(f"INV-PP: micro-batch {v.micro_batch} entered stage {v.stage} at {v.enter_us}"
+                                      f" before it was ready ({ready}) from stage {prev.stage}")
+        last[v.micro_batch] = v
+    for k in range(p):
+        on_stage = sorted((v for v in visits if v.stage == k), key=lambda v: v.enter_us)
+        for a, b in zip(on_stage, on_stage[1:]):
+            if b.enter_us < a.leave_us - 1e-9:
+                raise SimulationError(f"INV-PP: stage {k} ran two micro-batches at once ({a.micro_batch}, {b.micro_batch})")
