@@ -186,3 +186,13 @@ def test_a_bad_pipeline_value_exits_2_on_the_command_line():
     proc = run_module("distsim", "cluster=pipeline_parallel", "workload.num_requests=5",
                       "cluster.engine.pipeline_parallel_size=0")
     assert_user_error(proc, 2, "cluster.engine.pipeline_parallel_size")
+
+
+def test_a_stage_moves_its_layers_share_of_a_block_to_the_cpu_tier():
+    from distsim.cluster.build import cpu_tier
+
+    model = load_model("llama-3.1-70b")
+    pp2 = cpu_tier(pool("cluster.engine.cpu_kv_blocks=100"))
+    pp1 = cpu_tier(pool("cluster.engine.cpu_kv_blocks=100", "cluster.engine.pipeline_parallel_size=1"))
+    assert pp1.block_bytes == model.kv_bytes_per_token_per_gpu(4) * 16
+    assert pp2.block_bytes == pytest.approx(pp1.block_bytes / 2)  # 40 of the 80 layers on each GPU

@@ -16,6 +16,7 @@ from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
+from distsim.instance.pipeline.partition import stage_weight_bytes
 from distsim.instance.pipeline.settings import pipeline_latency, refuse_unmodelled, resolve_pipeline
 from distsim.instance.speculative.settings import resolve_speculative
 from distsim.instance.storage_kv.settings import resolve_storage_kv
@@ -169,7 +170,8 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
         pp = pipeline.size
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
-        "cluster.instances" if key == "cluster" else f"{key}.count", model.weight_bytes_per_gpu(tp, dp if ep else 1),
+        "cluster.instances" if key == "cluster" else f"{key}.count",
+        model.weight_bytes_per_gpu(tp, dp if ep else 1) if pipeline is None else max(stage_weight_bytes(model, tp, pipeline.layers)),
     )
     if mig is not None and autoscale is not None:
         raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
