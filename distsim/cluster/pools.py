@@ -16,8 +16,7 @@ from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
-from distsim.instance.pipeline.partition import stage_weight_bytes
-from distsim.instance.pipeline.settings import pipeline_latency, refuse_unmodelled, resolve_pipeline
+from distsim.instance.pipeline.settings import pipelined, refuse_unmodelled, resolve_pipeline
 from distsim.instance.speculative.settings import resolve_speculative
 from distsim.instance.storage_kv.settings import resolve_storage_kv
 from distsim.typed_merge import merge_onto
@@ -163,19 +162,17 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     if storage is not None:
         params = replace(params, storage_kv=storage)
     latency = build_latency_model(latency_cfg, latency_ctx)
-    pp = 1
-    if pipeline is not None:  # a round of micro-batches per step, each with its own token budget
-        latency = pipeline_latency(pipeline, latency, latency_cfg, latency_ctx, cluster.model)
-        params = replace(params, max_num_batched_tokens=params.max_num_batched_tokens * pipeline.size)
-        pp = pipeline.size
+    weights = model.weight_bytes_per_gpu(tp, dp if ep else 1)
+    if pipeline is not None:  # a step is a round of micro-batches through the stages (distsim.instance.pipeline)
+        params, latency, weights = pipelined(pipeline, params, latency, latency_cfg, latency_ctx, cluster.model)
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
-        "cluster.instances" if key == "cluster" else f"{key}.count",
-        model.weight_bytes_per_gpu(tp, dp if ep else 1) if pipeline is None else max(stage_weight_bytes(model, tp, pipeline.layers)),
+        "cluster.instances" if key == "cluster" else f"{key}.count", weights,
     )
     if mig is not None and autoscale is not None:
         raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
-    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig, pp)
+    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig,
+                    1 if pipeline is None else pipeline.size)
 
 
 def _check_pools_together(pools: list[PoolSpec]) -> None:

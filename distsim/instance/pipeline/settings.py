@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from distsim.errors import ConfigError
 from distsim.instance.pipeline.latency import ACTIVATION_TENSORS, PipelineLatency, StageLinks
-from distsim.instance.pipeline.partition import stage_layers
+from distsim.instance.pipeline.partition import stage_layers, stage_weight_bytes
 
 if TYPE_CHECKING:
     from distsim.catalog import HardwareSpec, ModelSpec
+    from distsim.instance.instance import EngineParams
     from distsim.instance.latency.base import LatencyContext, LatencyModel
 
 
@@ -69,6 +70,16 @@ def refuse_unmodelled(key: str, role: str, speculative: bool, mig: bool, dp: int
             "data_parallel_size > 1" if dp > 1 else None)
     if what is not None:
         raise ConfigError(f"{key}.pipeline_parallel_size", f"pipeline parallelism is not modelled with {what}")
+
+
+def pipelined(settings: PipelineSettings, params: EngineParams, whole: LatencyModel, latency_cfg: Any,
+              ctx: LatencyContext, model_name: str) -> tuple[EngineParams, PipelineLatency, float]:
+    """A pipelined replica's engine settings (a round's token budget: one ``max_num_batched_tokens`` per
+    micro-batch, as vLLM schedules each), its step model (:func:`pipeline_latency`) and the weight bytes on
+    each GPU of its largest stage (what a cold start loads)."""
+    params = replace(params, max_num_batched_tokens=params.max_num_batched_tokens * settings.size)
+    weights = max(stage_weight_bytes(ctx.model, ctx.tensor_parallel_size, settings.layers))
+    return params, pipeline_latency(settings, whole, latency_cfg, ctx, model_name), weights
 
 
 def pipeline_latency(settings: PipelineSettings, whole: LatencyModel, latency_cfg: Any, ctx: LatencyContext,
