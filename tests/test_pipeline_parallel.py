@@ -215,3 +215,14 @@ def test_a_pipelined_engine_keeps_its_invariants_and_a_run_planned_in_one_go_is_
     b = run(reqs(), pools=[spec], fast_forward=False).recorder.table()
     assert a.equals(b)
     assert (a["status"] == "completed").all()
+
+
+def test_a_pool_pipelines_its_replicas_on_its_own():
+    from distsim.instance.pipeline.latency import PipelineLatency
+
+    cfg = load_config(["cluster=heterogeneous", "cluster.pools=[{name:a,count:1,hardware:H100,role:mixed,"
+                       "engine:{pipeline_parallel_size:2}},{name:b,count:1,hardware:H100,role:mixed}]"])
+    a, b = resolve_pools(cfg.cluster)
+    assert (a.pipeline_parallel_size, b.pipeline_parallel_size) == (2, 1)
+    assert isinstance(a.latency, PipelineLatency) and not isinstance(b.latency, PipelineLatency)
+    assert a.engine.max_num_batched_tokens == 2 * b.engine.max_num_batched_tokens  # a budget per micro-batch
