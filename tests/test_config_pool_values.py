@@ -23,11 +23,11 @@ CASES = [
     (["cluster=mig_mixed", "+cluster.pools.1.engine.gpu_memory_utilization=most"],
      "cluster.pools[1].engine.gpu_memory_utilization", "must be a number (got 'most')"),
     (["cluster.pools=[{name:a,count:2,engine:{bogus:1}}]"], "cluster.pools[0].engine.bogus", "unknown key; known: "
-     "tensor_parallel_size, data_parallel_size, enable_expert_parallel, max_model_len, max_num_seqs, max_num_batched_tokens, "
+     "tensor_parallel_size, pipeline_parallel_size, data_parallel_size, enable_expert_parallel, max_model_len, max_num_seqs, max_num_batched_tokens, "
      "block_size, gpu_memory_utilization, total_kv_blocks, enable_chunked_prefill, enable_prefix_caching, "
      "scheduler_reserve_full_isl, async_scheduling, activation_reserve_fraction, scheduler, scheduler_aging_per_s, "
      "output_prediction_sigma, cpu_kv_blocks, "
-     "prefill_batch_min, prefill_batch_window_ms, speculative, storage_kv, lora"),
+     "prefill_batch_min, prefill_batch_window_ms, speculative, pipeline, storage_kv, lora"),
 ]
 
 

@@ -21,6 +21,7 @@ from distsim.events.loop import EventLoop
 from distsim.events.rng import stream
 from distsim.instance.cpu_kv import CpuKvTier
 from distsim.instance.instance import Instance
+from distsim.instance.pipeline.partition import stage_layers
 from distsim.instance.storage_kv.tier import StorageKvTier
 from distsim.policies.base import PolicyContext
 from distsim.policies.settings import PolicyChoice
@@ -69,7 +70,7 @@ def build_instances(
                     pool=pool.name,
                     role=pool.role,
                     hardware=pool.hardware.name,
-                    gpus=pool.tensor_parallel_size,
+                    gpus=pool.tensor_parallel_size * pool.pipeline_parallel_size,
                     dp_group=group,
                     cpu=cpu_tier(pool),
                     cancellable=cancellable,
@@ -109,13 +110,16 @@ def _lora_speculative(instance_cls: type[Instance]) -> type[Instance]:
 
 def cpu_tier(pool: PoolSpec) -> CpuKvTier | None:
     """An engine's CPU KV tier (none when cpu_kv_blocks is 0): a block's KV bytes on one GPU, copied over
-    that GPU's own PCIe link to the host (each tensor-parallel rank moves its shard in parallel); with its
-    storage tier below it when ``storage_kv`` is set (distsim.instance.storage_kv)."""
+    that GPU's own PCIe link to the host (each tensor-parallel rank, and each pipeline stage, moves its shard in
+    parallel); with its storage tier below it when ``storage_kv`` is set (distsim.instance.storage_kv)."""
     blocks = pool.engine.cpu_kv_blocks
     if not blocks:
         return None
     block_bytes = pool.model.kv_bytes_per_token_per_gpu(pool.tensor_parallel_size) * pool.engine.block_size
-    tier = CpuKvTier(blocks, block_bytes, pool.hardware.host_link_gbps_per_dir * 1e9)
+    gpu_bytes = block_bytes
+    if pool.pipeline_parallel_size > 1:  # a GPU holds its stage's layers of each block: the largest stage's share
+        gpu_bytes = block_bytes * max(stage_layers(pool.model.num_layers, pool.pipeline_parallel_size)) / pool.model.num_layers
+    tier = CpuKvTier(blocks, gpu_bytes, pool.hardware.host_link_gbps_per_dir * 1e9)
     storage = pool.engine.storage_kv
     if storage is not None:  # one drive per engine: each rank writes and reads its shard of a block there
         tier.storage = StorageKvTier(storage.capacity_blocks, block_bytes * pool.tensor_parallel_size,

@@ -16,6 +16,7 @@ from distsim.errors import ConfigError
 from distsim.instance.instance import EngineParams
 from distsim.instance.latency.base import LatencyContext, LatencyModel
 from distsim.instance.latency.build import build_latency_model
+from distsim.instance.pipeline.settings import pipelined, refuse_unmodelled, resolve_pipeline
 from distsim.instance.speculative.settings import resolve_speculative
 from distsim.instance.storage_kv.settings import resolve_storage_kv
 from distsim.lora.settings import resolve_lora
@@ -47,6 +48,7 @@ class PoolSpec:
     data_parallel_size: int = 1  # engines per instance, behind vLLM's balancer (distsim.cluster.data_parallel)
     autoscale: AutoscaleSettings | None = None  # None: a fixed pool of ``count``
     mig: MigSlices | None = None  # one instance per slice (``hardware`` is the slice's); None: whole GPUs
+    pipeline_parallel_size: int = 1  # stages per replica (distsim.instance.pipeline): tp x pp GPUs each
 
     @property
     def built_count(self) -> int:
@@ -88,13 +90,19 @@ def _check_pool(raw: RawPool, key: str, names: set[str]) -> None:
         raise ConfigError(f"{key}.role", f"must be one of {', '.join(ROLES)} (got {raw['role']!r})")
 
 
-def _engine_params(engine: DictConfig, model: ModelSpec, hardware: HardwareSpec, engine_key: str, gpus_per_node: int | None) -> EngineParams:
-    """The instance's engine settings, with the KV capacity derived when not given."""
+def _engine_params(engine: DictConfig, model: ModelSpec, hardware: HardwareSpec, engine_key: str, gpus_per_node: int | None,
+                   stages: tuple[int, ...] | None = None) -> EngineParams:
+    """The instance's engine settings, with the KV capacity derived when not given (from each pipeline stage's
+    memory when ``stages`` gives their layers)."""
     from distsim.catalog.capacity import derive_total_kv_blocks
+    from distsim.instance.pipeline.partition import stage_kv_blocks
 
     total_blocks = engine.total_kv_blocks
     max_len = checks.max_model_len(engine, model, engine_key)
-    if total_blocks is None:
+    if total_blocks is None and stages is not None:
+        model.check_tensor_parallel(engine.tensor_parallel_size, f"{engine_key}.tensor_parallel_size")
+        total_blocks = stage_kv_blocks(model, hardware, engine, engine.tensor_parallel_size, stages, engine_key)
+    elif total_blocks is None:
         total_blocks = derive_total_kv_blocks(model, hardware, engine, engine_key, gpus_per_node, max_len)
     params = EngineParams(
         max_num_seqs=engine.max_num_seqs,
@@ -133,33 +141,48 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
         # (num_gpu_blocks_override) is checked against max_model_len as on whole GPUs (one_sequence_fits)
         max_len = checks.max_model_len(engine, model, engine_key) if engine.total_kv_blocks is None else None
         hardware = check_fits(model, hardware, mig, engine, max_len, f"{key}.mig.profile", engine_key)
-    params = _engine_params(engine, model, hardware, engine_key, cluster.gpus_per_node)
+    pipeline = resolve_pipeline(engine, engine_key, model, hardware, tp, cluster.gpus_per_node)
+    if pipeline is not None:
+        refuse_unmodelled(engine_key, raw["role"], engine.speculative.method not in (None, "none"), mig is not None, dp)
+    params = _engine_params(engine, model, hardware, engine_key, cluster.gpus_per_node,
+                            None if pipeline is None else pipeline.layers)
     ep = bool(engine.enable_expert_parallel)
     checks.expert_parallel(ep, model, engine_key, tp, dp)
     latency_ctx = LatencyContext(
         model, hardware, tp, dp, ep, params.max_num_seqs, params.max_num_batched_tokens, params.async_scheduling
     )
-    speculative = resolve_speculative(engine.get("speculative"), f"{engine_key}.speculative", latency_cfg, latency_ctx,
-                                      cluster.model)
-    if speculative is not None:
-        if raw["role"] != "mixed":
-            raise ConfigError(f"{engine_key}.speculative.method", "speculative decoding is modelled on mixed pools only"
-                              " (not under P/D disaggregation)")
-        params = replace(params, speculative=speculative)
-        latency_ctx = replace(latency_ctx, speculative_tokens=speculative.k)
+    params, latency_ctx = _with_speculative(params, latency_ctx, engine, engine_key, latency_cfg, cluster.model,
+                                            raw["role"])
     storage = resolve_storage_kv(engine.get("storage_kv"), f"{engine_key}.storage_kv",
                                  model.kv_bytes_per_token_per_gpu(tp) * tp * params.block_size, params.cpu_kv_blocks)
     if storage is not None:
         params = replace(params, storage_kv=storage)
     params = _with_lora(params, engine, f"{engine_key}.lora", model, hardware, tp)
     latency = build_latency_model(latency_cfg, latency_ctx)
+    weights = model.weight_bytes_per_gpu(tp, dp if ep else 1)
+    if pipeline is not None:  # a step is a round of micro-batches through the stages (distsim.instance.pipeline)
+        params, latency, weights = pipelined(pipeline, params, latency, latency_cfg, latency_ctx, cluster.model)
     autoscale = resolve_autoscale(
         raw.get("autoscale"), "cluster.autoscale" if key == "cluster" else f"{key}.autoscale", raw["count"],
-        "cluster.instances" if key == "cluster" else f"{key}.count", model.weight_bytes_per_gpu(tp, dp if ep else 1),
+        "cluster.instances" if key == "cluster" else f"{key}.count", weights,
     )
     if mig is not None and autoscale is not None:
         raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
-    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig)
+    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig,
+                    1 if pipeline is None else pipeline.size)
+
+
+def _with_speculative(params: EngineParams, latency_ctx: LatencyContext, engine: DictConfig, engine_key: str,
+                      latency_cfg: DictConfig, model_name, role: str) -> tuple[EngineParams, LatencyContext]:
+    """The engine and step-model context with speculative decoding (distsim.instance.speculative), when on."""
+    speculative = resolve_speculative(engine.get("speculative"), f"{engine_key}.speculative", latency_cfg, latency_ctx,
+                                      model_name)
+    if speculative is None:
+        return params, latency_ctx
+    if role != "mixed":
+        raise ConfigError(f"{engine_key}.speculative.method", "speculative decoding is modelled on mixed pools only"
+                          " (not under P/D disaggregation)")
+    return replace(params, speculative=speculative), replace(latency_ctx, speculative_tokens=speculative.k)
 
 
 def _with_lora(params: EngineParams, engine: DictConfig, key: str, model: ModelSpec, hardware: HardwareSpec,

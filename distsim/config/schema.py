@@ -39,10 +39,21 @@ class SpeculativeConfig:
 
 
 @dataclass
+class PipelineConfig:
+    """The activation sends between pipeline stages (distsim/instance/pipeline): latency + bytes / bandwidth,
+    over the GPU link of cluster.hardware within a node and over the network between nodes. Defaults:
+    aiconfigurator's p2p latency and inter-node bandwidth (shared/data/hardware.json)."""
+
+    send_latency_us: float = 10.0  # fixed time of one stage-to-stage send
+    network_gbps: float = 50.0  # GB/s per GPU per direction between nodes
+
+
+@dataclass
 class EngineConfig:
     """vLLM engine settings, with vLLM's names."""
 
     tensor_parallel_size: int = 1  # GPUs per engine (vLLM's --tensor-parallel-size); at most cluster.gpus_per_node
+    pipeline_parallel_size: int = 1  # stages per replica, each on its own tensor_parallel_size GPUs (1: none)
     data_parallel_size: int = 1  # engine replicas behind vLLM's own balancer, each with tensor_parallel_size GPUs
     enable_expert_parallel: bool = False  # MoE: experts spread whole over the tp x dp GPUs (vLLM's flag)
     max_model_len: int | None = None  # longest prompt + output served (null: the model's context length)
@@ -70,6 +81,7 @@ class EngineConfig:
     prefill_batch_min: int | None = None  # null: the window alone closes a batch
     prefill_batch_window_ms: float | None = None  # null: off (continuous batching)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # the sends between stages
     storage_kv: StorageKvConfig = field(default_factory=StorageKvConfig)  # a drive below the CPU tier; off without a capacity
     lora: LoraEngineConfig = field(default_factory=LoraEngineConfig)  # LoRA adapters (max_loras null: off)
 
