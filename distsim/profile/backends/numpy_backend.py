@@ -62,13 +62,20 @@ class NumpyBackend:
     name = "numpy"
     graphs = False
 
-    def __init__(self) -> None:
+    def __init__(self, ranks: int = 1) -> None:
         self._rng = np.random.default_rng(0)
         self.threads = "1 BLAS thread" if one_blas_thread() else "BLAS threads as found"
+        self.ranks = ranks  # CPU processes the all-reduce runs over (1: none)
 
     def device(self) -> DeviceInfo:
         cpu = platform.processor() or platform.machine() or "cpu"
-        return DeviceInfo(f"CPU {cpu} (numpy {np.__version__}, {self.threads})", host_memory()[0], 1, "float32", 4)
+        return DeviceInfo(f"CPU {cpu} (numpy {np.__version__}, {self.threads})", host_memory()[0], self.ranks, "float32", 4)
+
+    def all_reduce(self, sizes: Sequence[int], target_s: float) -> list[dict]:
+        """All-reduce by size over :attr:`ranks` CPU processes (distsim.profile.collectives)."""
+        from distsim.profile.collectives import host_all_reduce_rows
+
+        return host_all_reduce_rows(self.ranks, sizes, target_s)
 
     def free_bytes(self) -> int:
         return host_memory()[1]
