@@ -140,6 +140,18 @@ class NumpyBackend:
     def argmax(self, logits: Any) -> Any:
         return logits.argmax(axis=-1)
 
+    def topk(self, logits: Any, k: int) -> tuple[Any, Any]:
+        """A MoE router's top-k: each row's k largest logits' experts and their softmax over the k."""
+        ids = np.argpartition(logits, -k, axis=-1)[:, -k:]
+        top = np.take_along_axis(logits, ids, axis=-1)
+        e = np.exp(top - top.max(axis=-1, keepdims=True))
+        return ids, e / e.sum(axis=-1, keepdims=True)
+
+    def combine(self, rows: Any, weights: Any) -> Any:
+        """Each token's k expert rows ([T x k, H], token-major) summed by its weights [T, k]."""
+        t, k = weights.shape
+        return np.einsum("tkh,tk->th", rows.reshape(t, k, -1), weights)
+
     def softmax_sample(self, logits: Any, seed: int) -> Any:
         """Temperature sampling (temperature 1) by the Gumbel-max trick over the softmax's logits."""
         gumbel = np.random.default_rng(seed).gumbel(size=logits.shape).astype(np.float32)
