@@ -28,7 +28,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     from distsim.profile.grid import GRIDS
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="a catalog model or a path to a config.json (dense models)")
+    p.add_argument("--model", required=True, help="a catalog model or a path to a config.json (dense, or MoE in every layer)")
     p.add_argument("--out", required=True, help="the folder to write the tables into")
     p.add_argument("--backend", default="torch", help="torch (CUDA when present, else the CPU) or numpy (the CPU)")
     p.add_argument("--tp", type=int, default=1, help="time one GPU's shard of tensor parallelism TP (default 1)")
