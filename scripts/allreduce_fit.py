@@ -25,21 +25,18 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-MIB = 1024 * 1024
+sys.path.insert(0, str(ROOT))
+from distsim.fidelity.collectives import (  # noqa: E402  (the fit a user's GPU profile shares)
+    MIB,
+    NCCL_BAND,
+    ring_fit,  # noqa: E402
+)
+from distsim.fidelity.collectives import errors as _errors  # noqa: E402
+from distsim.fidelity.collectives import relative_lstsq as _relative_lstsq  # noqa: E402
+from distsim.instance.latency.allreduce import H100_LINK_GBPS  # noqa: E402
+
 CUSTOM_CSV = ROOT / "docs" / "data" / "vllm_custom_allreduce_h100.csv"
 OUT = ROOT / "docs" / "data" / "allreduce_fit.json"
-NCCL_BAND = (8 * MIB, 64 * MIB)
-
-
-def _relative_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares of the relative error (each row divided by its measurement)."""
-    x, *_ = np.linalg.lstsq(design / y[:, None], np.ones_like(y), rcond=None)
-    return x
-
-
-def _errors(pred: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    r = np.abs(pred - y) / y
-    return {"points": int(len(y)), "mean_abs_pct": round(100 * float(r.mean()), 2), "max_abs_pct": round(100 * float(r.max()), 2)}
 
 
 def one_shot(world: int, nbytes: float) -> bool:
@@ -72,17 +69,16 @@ def nccl_ring_fit(csv: Path) -> dict:
     d = _medians(csv)
     band = d[(d["size"] >= NCCL_BAND[0]) & (d["size"] <= NCCL_BAND[1])]
     n, s, y = band["num_workers"].to_numpy(float), band["size"].to_numpy(float), band["us"].to_numpy(float)
-    design = np.c_[np.ones_like(y), n - 1, 2 * (n - 1) / n * s]
-    fixed, per_step, per_byte = _relative_lstsq(design, y)
-    coef = np.array([fixed, per_step, per_byte])
-    pred = design @ coef
+    ring = ring_fit(n, s, y, H100_LINK_GBPS)
+    fixed, per_step, per_byte = ring.coefficients
+    coef = np.array(ring.coefficients)
     mid = d[(d["size"] >= MIB) & (d["size"] < NCCL_BAND[0])]
     nm, sm, ym = mid["num_workers"].to_numpy(float), mid["size"].to_numpy(float), mid["us"].to_numpy(float)
     pred_mid = np.c_[np.ones_like(ym), nm - 1, 2 * (nm - 1) / nm * sm] @ coef
     return {
         "fixed_us": round(float(fixed), 2), "per_step_us": round(float(per_step), 3),
-        "bus_gbps": round(1e-3 / float(per_byte), 1), "error": _errors(pred, y),
-        "error_by_workers": {int(w): _errors(pred[n == w], y[n == w]) for w in sorted(set(n))},
+        "bus_gbps": round(1e-3 / float(per_byte), 1), "error": ring.error,
+        "error_by_workers": ring.error_by_tp,
         "error_1_to_8_mib_extrapolated": _errors(pred_mid, ym),
     }
 

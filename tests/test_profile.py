@@ -132,7 +132,7 @@ def test_a_step_knows_its_shape_columns():
     ("args", "needle"),
     [
         (["--model", TINY_MODEL, "--backend", "nope"], "nope"),
-        (["--model", "mixtral-8x7b", "--backend", "numpy"], "dense models only"),
+        (["--model", "deepseek-v2-lite", "--backend", "numpy"], "dense and all-MoE models only, not mixture-of-experts with dense layers, shared experts, latent attention"),
         (["--model", TINY_MODEL, "--backend", "numpy", "--tp", "3"], "--tp 3"),
         (["--model", "no-such-model", "--backend", "numpy"], "no-such-model"),
     ],

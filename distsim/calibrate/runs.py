@@ -57,10 +57,9 @@ def gpu_overrides(steps: str | Path | None, overrides: Sequence[str] = ()) -> li
         return []
     path = Path(steps)
     if path.is_dir():
-        from distsim.fidelity.steps.cli import run_nnls
-        from distsim.fidelity.steps.nnls import values_of
+        from distsim.fidelity.steps.cli import fitted_values, run_nnls
 
-        values = values_of(run_nnls(path, overrides).basis_fit.coefficients)
+        values = fitted_values(run_nnls(path, overrides))
     else:
         try:
             values = json.loads(path.read_text(encoding="utf-8"))["values"]

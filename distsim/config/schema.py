@@ -130,6 +130,11 @@ class LatencyConfig:
     all_reduce_latency_us: float | None = None  # fixed time of one custom all-reduce (or EP all-to-all)
     all_reduce_link_efficiency: float | None = None  # the custom all-reduce's share of the link bandwidth
     all_reduce_two_shot_us: float | None = None  # the two-shot custom all-reduce's barrier between its stages
+    all_reduce_nccl_fixed_us: float | None = None  # NCCL's ring all-reduce on NVLink: fixed time
+    all_reduce_nccl_step_us: float | None = None  # ... time per ring step (2 (tp - 1) steps)
+    all_reduce_nccl_bus_efficiency: float | None = None  # ... bus bandwidth over the link per direction
+    all_reduce_pcie_fixed_us: float | None = None  # NCCL's all-reduce over PCIe: fixed time
+    all_reduce_pcie_efficiency: float | None = None  # ... its bandwidth over the link per direction
     eager_layer_overhead_us: float | None = None  # launch gaps per layer of a step run without a CUDA graph
     sampler_call_us: float | None = None  # sampling's fixed time per step
     sampler_bytes_per_logit: float | None = None  # sampling's bytes per logit of each sampled row

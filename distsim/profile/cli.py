@@ -2,10 +2,11 @@
 step tables that ``python -m distsim.calibrate steps`` reads and fits.
 
     python -m distsim.profile --model llama-3.1-8b --out my_gpu/ [--backend torch] [--tp N] [--layers N]
-        [--grid full|tiny] [--target-ms MS] [--max-minutes M] [--no-operators] [--fit]
+        [--grid full|tiny] [--target-ms MS] [--max-minutes M] [--no-operators] [--cpu-ranks N] [--fit]
 
 ``--backend torch`` (the default) needs the optional extra (``pip install 'distsim[profile]'``) and uses
-the GPU when there is one; ``--backend numpy`` times numpy on the CPU. ``--fit`` then runs
+the GPU when there is one; ``--backend numpy`` times numpy on the CPU (``--cpu-ranks N``: its
+all-reduce table over N processes). ``--fit`` then runs
 ``calibrate steps OUT --fit --out OUT/fit``. A user's mistake is one line on stderr and exit 2.
 """
 
@@ -27,7 +28,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     from distsim.profile.grid import GRIDS
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="a catalog model or a path to a config.json (dense models)")
+    p.add_argument("--model", required=True, help="a catalog model or a path to a config.json (dense, or MoE in every layer)")
     p.add_argument("--out", required=True, help="the folder to write the tables into")
     p.add_argument("--backend", default="torch", help="torch (CUDA when present, else the CPU) or numpy (the CPU)")
     p.add_argument("--tp", type=int, default=1, help="time one GPU's shard of tensor parallelism TP (default 1)")
@@ -36,10 +37,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--target-ms", type=float, default=200.0, help="time spent repeating each measurement (default 200)")
     p.add_argument("--max-minutes", type=float, default=10.0, help="start no measurement after this (default 10)")
     p.add_argument("--no-operators", action="store_true", help="only the step tables, not the micro_*.csv operator tables")
+    p.add_argument("--cpu-ranks", type=int, default=1, help="numpy backend: time the all-reduce over N CPU processes (default 1: none)")
     p.add_argument("--fit", action="store_true", help="then fit the step model: calibrate steps OUT --fit --out OUT/fit")
     ns = p.parse_args(argv)
-    if ns.tp < 1 or (ns.layers is not None and ns.layers < 1):
-        p.error("--tp and --layers must be at least 1")
+    if ns.tp < 1 or ns.cpu_ranks < 1 or (ns.layers is not None and ns.layers < 1):
+        p.error("--tp, --layers and --cpu-ranks must be at least 1")
+    if ns.cpu_ranks > 1 and ns.backend != "numpy":
+        p.error("--cpu-ranks goes with --backend numpy (the torch backend's all-reduce runs over the GPUs it sees)")
     if not ns.target_ms > 0 or not ns.max_minutes > 0:
         p.error("--target-ms and --max-minutes must be positive")
     return ns
@@ -65,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = model_config(ns.model, "--model")
         out = outputs.prepare_dir(ns.out)
         backend = make_backend(ns.backend)
+        if ns.cpu_ranks > 1:
+            backend.ranks = ns.cpu_ranks
         layers = ns.layers or model.num_layers
         result = profile(backend, model, ns.tp, layers, grid_named(ns.grid), ns.target_ms / 1e3, ns.max_minutes * 60, not ns.no_operators, say)
         if not result.steps:

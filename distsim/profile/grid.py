@@ -63,7 +63,7 @@ FULL = Grid(
     sampler_rows=(1, 32, 256),
     peak_size=8192,
     copy_bytes=1 << 30,
-    all_reduce_bytes=tuple(1 << k for k in range(12, 29, 2)),
+    all_reduce_bytes=tuple(1 << k for k in range(12, 29)),  # 4 KiB-256 MiB, four of them in the NCCL band
 )
 
 TINY = Grid(
@@ -84,7 +84,7 @@ TINY = Grid(
     sampler_rows=(1, 8),
     peak_size=128,
     copy_bytes=1 << 20,
-    all_reduce_bytes=(1 << 12, 1 << 16),
+    all_reduce_bytes=(1 << 12, 1 << 16, 1 << 20),
 )
 
 

@@ -1,5 +1,6 @@
 """The operators alone, each timed by the backend: the device's peaks, the model's GEMMs by rows,
-attention by context and KV heads, and the sampler's paths by vocabulary. They explain the step
+attention by context and KV heads, the sampler's paths by vocabulary, and a MoE model's router, top-k
+and grouped expert GEMMs by rows per expert. They explain the step
 tables (which term a step's miss is in) and give ``profile.json`` the device's measured peaks."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from distsim.profile.backend import Backend, Timing
-from distsim.profile.forward import Shard
+from distsim.profile.forward import Shard, dispatch, routing
 from distsim.profile.grid import Grid
 
 
@@ -103,4 +104,35 @@ def sampler(b: Backend, g: Grid, vocab: int, target_s: float) -> list[dict]:
             for path, fn in (("greedy", lambda x=logits: b.argmax(x)), ("temperature", lambda x=logits: b.softmax_sample(x, 0))):
                 t = b.time(fn, target_s)
                 out.append({"path": path, "vocab": v, "rows": rows, **timing_row(t)})
+    return out
+
+
+def moe(b: Backend, shard: Shard, g: Grid, target_s: float) -> list[dict]:
+    """A MoE layer's pieces at each token count of the grid, routed as the steps route
+    (:func:`distsim.profile.forward.routing`): the router GEMM, its top-k, and the experts' gate_up and
+    down GEMMs over their rows (the loop the forward pass runs), with the rows per expert they ran at."""
+    e, k = shard.experts, shard.top_k
+    gu = [b.randn(shard.gemms()["expert_gate_up"], scale=shard.hidden**-0.5) for _ in range(e)]
+    dn = [b.randn(shard.gemms()["expert_down"], scale=shard.intermediate**-0.5) for _ in range(e)]
+    router = b.randn(shard.gemms()["router"], scale=shard.hidden**-0.5)
+    out = []
+    for tokens in g.gemm_rows:
+        d = dispatch(routing(tokens, e, k), e)
+        h = b.randn((tokens, shard.hidden))
+        xs = b.randn((tokens * k, shard.hidden))
+        mid = b.randn((tokens * k, shard.intermediate))
+        logits = b.matmul(h, router)
+        rows = d.rows_per_expert
+        shape = {"tokens": tokens, "experts": e, "top_k": k, "active_experts": len(rows),
+                 "rows_per_expert": tokens * k / len(rows), "max_rows_per_expert": max(rows)}
+        ops = (
+            ("router", lambda h=h: b.matmul(h, router), tokens, shard.hidden, e),
+            ("topk", lambda logits=logits: b.topk(logits, k), tokens, e, k),
+            ("expert_gate_up", lambda xs=xs, d=d: [b.matmul(xs[lo:hi], gu[x]) for x, lo, hi in d.spans], tokens * k, shard.hidden, 2 * shard.intermediate),
+            ("expert_down", lambda mid=mid, d=d: [b.matmul(mid[lo:hi], dn[x]) for x, lo, hi in d.spans], tokens * k, shard.intermediate, shard.hidden),
+        )
+        for op, fn, m, kk, n in ops:
+            t = b.time(fn, target_s)
+            flops = 2 * m * kk * n if op != "topk" else 0
+            out.append({"op": op, **shape, "m": m, "k": kk, "n": n, **timing_row(t), "tflops": flops / (t.median_us * 1e-6) / 1e12})
     return out

@@ -28,6 +28,7 @@ class Profile:
     gemm: list[dict] = field(default_factory=list)
     attention: list[dict] = field(default_factory=list)
     sampler: list[dict] = field(default_factory=list)
+    moe: list[dict] = field(default_factory=list)  # a MoE model's router, top-k and expert GEMMs
     all_reduce: list[dict] = field(default_factory=list)
     peaks: micro.Peaks | None = None
     skipped: list[str] = field(default_factory=list)
@@ -54,6 +55,8 @@ def profile(
         out.gemm = micro.gemms(b, shard, grid, target_s)
         out.attention = micro.attention(b, shard, grid, target_s)
         out.sampler = micro.sampler(b, grid, model.vocab_size, target_s)
+        if shard.experts:
+            out.moe = micro.moe(b, shard, grid, target_s)
         out.peaks = micro.with_gemms(out.peaks, out.gemm)
         reduce = getattr(b, "all_reduce", None)
         if reduce is not None and device.count > 1:

@@ -18,6 +18,7 @@ from distsim import outputs
 from distsim.profile.run import Profile
 
 MANIFEST = "profile.json"
+MOE_IMPL = "expert_loop"  # the moe_impl column: one GEMM per expert (the H100 tables': grouped_mm)
 FORMAT = 1
 STEP_COLUMNS = (
     "model", "kind", "batch", "tokens", "context", "prefill_tokens", "decode_tokens", "measured_ms", "p10_ms",
@@ -53,10 +54,14 @@ def write_profile(
     steps.insert(0, "model", stem)
     steps["gpu"], steps["tp"], steps["layers_measured"] = p.device.name, tp, p.shard.layers
     steps["cuda_graph"], steps["backend"] = graphs, backend
-    outputs.write_csv(out / f"{stem}.csv", steps[list(STEP_COLUMNS)])
+    columns = list(STEP_COLUMNS)
+    if p.shard.experts:  # as the H100 MoE tables say how their experts ran
+        steps["moe_impl"] = MOE_IMPL
+        columns.append("moe_impl")
+    outputs.write_csv(out / f"{stem}.csv", steps[columns])
     if p.all_reduce:
         outputs.write_csv(out / "micro_all_reduce.csv", _frame(p.all_reduce, gpu=p.device.name))
-    for name, rows in (("micro_gemm", p.gemm), ("micro_attention", p.attention), ("micro_sampler", p.sampler)):
+    for name, rows in (("micro_gemm", p.gemm), ("micro_attention", p.attention), ("micro_sampler", p.sampler), ("micro_moe", p.moe)):
         if rows:
             outputs.write_csv(out / f"{name}_{stem}.csv", _frame(rows, gpu=p.device.name))
     outputs.write_csv(out / "micro_peak.csv", _frame(p.peaks.rows, gpu=p.device.name))
@@ -100,6 +105,7 @@ def readme(p: Profile, stem: str, model: str, tp: int, backend: str, graphs: boo
         f"- `micro_peak.csv`: measured peaks: {p.peaks.matmul_tflops:.4g} TFLOP/s (square matmul), "
         f"{p.peaks.copy_tbps:.4g} TB/s (copy, read + write)",
         "- `profile.json`: the table's model config and the device, for the step reader",
+        *([f"- `micro_moe_{stem}.csv`: the router GEMM, top-k and the experts' gate_up and down GEMMs by rows per expert"] if p.moe else []),
         *(["- `micro_all_reduce.csv`: all-reduce by bytes and group size (distsim/profile/collectives.py)"] if p.all_reduce else []),
         "",
         "Fit the step model to it: `python -m distsim.calibrate steps THIS_FOLDER --fit --out FIT`.",

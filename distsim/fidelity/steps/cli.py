@@ -12,8 +12,10 @@ isolate the first.
 
 ``--fit`` fits every GPU coefficient of the per-operator model (``kind=roofline3``, the default) to every
 table by bounded linear least squares (:mod:`distsim.fidelity.steps.nnls`); ``--lomo`` adds
-leave-one-model-out. Writes DIR/steps.csv (one row per step, at the fitted values when fitting),
-DIR/steps.md (the tables) and, when fitting, DIR/step_fit.json (``calibrate runs --steps`` reads it).
+leave-one-model-out. A folder with a profile's all-reduce table (``micro_all_reduce.csv``) has NCCL's
+all-reduce terms fitted on it too (:mod:`distsim.fidelity.collectives`), its warnings printed. Writes
+DIR/steps.csv (one row per step, at the fitted values when fitting), DIR/steps.md (the tables) and, when
+fitting, DIR/step_fit.json (``calibrate runs --steps`` reads its ``values``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class StepReport:
     fitted_steps: pd.DataFrame | None = None  # at the fitted values
     basis_fit: Any = None  # nnls.BasisFit (--fit)
     lomo: Any = None  # nnls.Lomo (--lomo)
+    collectives: Any = None  # collectives.ProfileCollectivesFit (--fit on a folder with micro_all_reduce.csv)
 
     @property
     def final(self) -> pd.DataFrame:
@@ -70,7 +73,27 @@ def run_nnls(folder: str | Path, overrides: Sequence[str] = (), with_lomo: bool 
     report.fitted_steps = compare(tables, simulate(tables, settings, nnls.values_of(report.basis_fit.coefficients)))
     if with_lomo:
         report.lomo = nnls.lomo(tables, settings, start)
+    report.collectives = collectives_fit(folder, tables)
     return report
+
+
+def collectives_fit(folder: str | Path, tables: Sequence[StepTable]) -> Any:
+    """The all-reduce terms fitted on the folder's ``micro_all_reduce.csv`` (a profile's), on the GPU its
+    last table was measured on; None without one."""
+    from distsim.fidelity.collectives import fit_folder
+
+    last = tables[-1]
+    return fit_folder(Path(folder).expanduser(), last.gpu(), last.device is None)
+
+
+def fitted_values(report: StepReport) -> dict[str, float]:
+    """The fit's ``cluster.latency`` values: the GPU coefficients, and the all-reduce's where fitted."""
+    from distsim.fidelity.steps.nnls import values_of
+
+    values = values_of(report.basis_fit.coefficients)
+    if report.collectives is not None and report.collectives.applies:
+        values.update(report.collectives.fit.values)
+    return values
 
 
 def nnls_markdown(report: StepReport) -> str:
@@ -89,7 +112,21 @@ def nnls_markdown(report: StepReport) -> str:
     )
     if fit.unused:
         text += f"\n\nNot moved by any row (kept at their start): {', '.join(fit.unused)}."
+    if report.collectives is not None:
+        text += "\n\n" + collectives_markdown(report.collectives)
     return text
+
+
+def collectives_markdown(c: Any) -> str:
+    """The all-reduce fit's section of steps.md."""
+    err = c.fit.error
+    lines = [f"All-reduce ({c.path}, micro_all_reduce.csv: {c.sizes} message sizes, group sizes "
+             f"{', '.join(map(str, c.group_sizes)) or 'none'}):", "", "| term | fitted |", "|---|---:|"]
+    lines += [f"| {k} | {v:.6g} |" for k, v in c.fit.values.items()]
+    if err:
+        lines += ["", f"Error over {err['points']} points: mean {err['mean_abs_pct']}%, largest {err['max_abs_pct']}%."]
+    lines += ["", *[f"- warning: {w}" for w in c.warnings]]
+    return "\n".join(lines)
 
 
 def render_markdown(report: StepReport, folder: str, overrides: Sequence[str]) -> str:
@@ -148,7 +185,7 @@ def nnls_json(report: StepReport, command: str) -> str:
     fit = report.basis_fit
     body = {
         "command": command,
-        "values": values_of(fit.coefficients),
+        "values": fitted_values(report),
         "linear": fit.linear,
         "start_linear": fit.start,
         "unused": fit.unused,
@@ -159,6 +196,9 @@ def nnls_json(report: StepReport, command: str) -> str:
     }
     if report.lomo is not None:
         body["lomo"] = {g: values_of(f.coefficients) for g, f in report.lomo.fits.items()}
+    if report.collectives is not None:
+        body["all_reduce"] = report.collectives.as_json()
+        body["warnings"] = report.collectives.warnings
     return json.dumps(body, indent=2, allow_nan=False) + "\n"
 
 
@@ -189,4 +229,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m distsim.calib
         print(f"distsim.calibrate: {err}", file=sys.stderr)
         return 2
     print(render_markdown(report, args.folder, args.overrides))
+    for line in report.collectives.warnings if report.collectives is not None else ():
+        print(f"warning: {line}", file=sys.stderr)
     return 0

@@ -69,8 +69,10 @@ def path(nbytes: float, tp: int, nvlink: bool, p2p: bool, custom: bool) -> str:
 
 def all_reduce_us(nbytes: float, tp: int, link_gbps: float, nvlink: bool, p2p: bool, custom: bool,
                   custom_latency_us: float, host_link_gbps: float, custom_link_efficiency: float = 1.0,
-                  two_shot_us: float = 0.0) -> float:
-    """One all-reduce of ``nbytes`` over ``tp`` GPUs on the path :func:`path` picks."""
+                  two_shot_us: float = 0.0, nccl_ring: tuple[float, float, float] = NCCL_RING,
+                  nccl_pcie: tuple[float, float] = NCCL_PCIE) -> float:
+    """One all-reduce of ``nbytes`` over ``tp`` GPUs on the path :func:`path` picks; ``nccl_ring`` and
+    ``nccl_pcie`` are NCCL's terms (default: the H100 profiles' fit, a user's GPU profile may fit its own)."""
     if tp <= 1 or nbytes <= 0:
         return 0.0
     link = link_gbps * 1e3  # bytes per us
@@ -80,8 +82,8 @@ def all_reduce_us(nbytes: float, tp: int, link_gbps: float, nvlink: bool, p2p: b
     if way == "custom_two_shot":
         return custom_latency_us + two_shot_us + 2.0 * (tp - 1) / tp * nbytes / (link * custom_link_efficiency)
     if way == "nccl_ring":
-        fixed, per_step, bus = NCCL_RING
+        fixed, per_step, bus = nccl_ring
         return fixed + per_step * (tp - 1) + 2.0 * (tp - 1) / tp * nbytes / (link * bus)
-    fixed, share = NCCL_PCIE
+    fixed, share = nccl_pcie
     bw = link * share if way == "nccl_pcie" else host_link_gbps * 1e3 / 2.0
     return fixed + nbytes / bw

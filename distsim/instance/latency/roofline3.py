@@ -72,6 +72,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from distsim.instance.latency import roofline
+from distsim.instance.latency.allreduce import NCCL_PCIE, NCCL_RING
 from distsim.instance.latency.base import LatencyContext, StepShape
 from distsim.instance.latency.registry import register_latency_model
 from distsim.instance.latency.roofline import RooflineLatency, communication
@@ -115,6 +116,14 @@ class Roofline3Coefficients:
     # the two-shot custom all-reduce's barrier between its stages: vLLM's kernel profile on an H100
     # (allreduce.py, CUSTOM_TWO_SHOT_US; python scripts/allreduce_fit.py -> docs/data/allreduce_fit.json)
     all_reduce_two_shot_us: float = 7.212
+    # NCCL's ring on NVLink (fixed us, us per ring step, bus bandwidth over the link per direction) and
+    # NCCL over PCIe (fixed us, algorithm bandwidth over the link): allreduce.py's NCCL_RING and NCCL_PCIE,
+    # fitted on Vidur's H100 profiles; a profile of the user's GPU fits its own (distsim.fidelity.collectives)
+    all_reduce_nccl_fixed_us: float = NCCL_RING[0]
+    all_reduce_nccl_step_us: float = NCCL_RING[1]
+    all_reduce_nccl_bus_efficiency: float = NCCL_RING[2]
+    all_reduce_pcie_fixed_us: float = NCCL_PCIE[0]
+    all_reduce_pcie_efficiency: float = NCCL_PCIE[1]
     # a step run without a CUDA graph: the GPU's idle time between kernels per layer (the median over
     # 257-512 rows of docs/data/h100_serving/run2/graph.csv's eager less graph time, over its 32 layers)
     eager_layer_overhead_us: float = 14.81
@@ -158,6 +167,11 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "all_reduce_latency_us": (0.0, 1e6, False),
     "all_reduce_link_efficiency": (0.0, 1.0, True),
     "all_reduce_two_shot_us": (0.0, 1e4, False),
+    "all_reduce_nccl_fixed_us": (0.0, 1e6, False),
+    "all_reduce_nccl_step_us": (0.0, 1e4, False),
+    "all_reduce_nccl_bus_efficiency": (0.0, 1.0, True),
+    "all_reduce_pcie_fixed_us": (0.0, 1e6, False),
+    "all_reduce_pcie_efficiency": (0.0, 1.0, True),
     "eager_layer_overhead_us": (0.0, 1e4, False),
     "sampler_bytes_per_logit": (0.0, 1e4, False),
     "sampler_extra_rows": (0.0, 1e4, False),
@@ -287,7 +301,9 @@ class Roofline3Latency(RooflineLatency):
         # expert-parallel all-to-alls (the TP all-reduces are the serving layer's)
         self._a0, self._a_tok = communication(m, hw, 1, ep_dp, k.all_reduce_latency_us)
         self.serving = ServingLayer(
-            serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency, k.all_reduce_two_shot_us
+            serving, ctx, k.all_reduce_latency_us, ctx.async_scheduling, k.all_reduce_link_efficiency, k.all_reduce_two_shot_us,
+            (k.all_reduce_nccl_fixed_us, k.all_reduce_nccl_step_us, k.all_reduce_nccl_bus_efficiency),
+            (k.all_reduce_pcie_fixed_us, k.all_reduce_pcie_efficiency),
         )
         self._overlap = self.serving.overlap
         self._sample_row = m.vocab_size * k.sampler_bytes_per_logit / (hw.hbm_bw_tbps * 1e6) * beta["inv_me"]

@@ -57,7 +57,7 @@ from importlib import resources
 from typing import Any
 
 from distsim.errors import ConfigError
-from distsim.instance.latency.allreduce import all_reduce_us
+from distsim.instance.latency.allreduce import NCCL_PCIE, NCCL_RING, all_reduce_us
 
 INTERCONNECTS = ("nvlink", "pcie")
 # kernels a MoE layer launches beyond a dense layer's in the step tables' stand-in: a least-squares split
@@ -165,14 +165,16 @@ class ServingLayer:
     """The serving terms of one engine (a model on ``tp`` GPUs) as tables by token count."""
 
     def __init__(self, settings: ServingSettings, ctx: Any, custom_latency_us: float, async_scheduling: bool,
-                 custom_link_efficiency: float = 1.0, two_shot_us: float = 0.0):
+                 custom_link_efficiency: float = 1.0, two_shot_us: float = 0.0,
+                 nccl_ring: tuple[float, float, float] = NCCL_RING, nccl_pcie: tuple[float, float] = NCCL_PCIE):
         m, hw, tp = ctx.model, ctx.hardware, ctx.tensor_parallel_size
         self.settings = settings
         self.overlap = async_scheduling if settings.host_overlap is None else settings.host_overlap
         link = settings.interconnect or ("nvlink" if hw.link_gbps_per_dir > hw.host_link_gbps_per_dir else "pcie")
         self.nvlink = link == "nvlink"
         self._ar = (tp, hw.link_gbps_per_dir, self.nvlink, settings.p2p, settings.custom_all_reduce,
-                    custom_latency_us, hw.host_link_gbps_per_dir, custom_link_efficiency, two_shot_us)
+                    custom_latency_us, hw.host_link_gbps_per_dir, custom_link_efficiency, two_shot_us,
+                    nccl_ring, nccl_pcie)
         self._ar_bytes = m.hidden_size * 2  # activations are bf16 (FP8 checkpoints too)
         self._n_ar = 2 * m.num_layers if tp > 1 else 0
         self.sizes = (

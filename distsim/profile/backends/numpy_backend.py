@@ -62,13 +62,20 @@ class NumpyBackend:
     name = "numpy"
     graphs = False
 
-    def __init__(self) -> None:
+    def __init__(self, ranks: int = 1) -> None:
         self._rng = np.random.default_rng(0)
         self.threads = "1 BLAS thread" if one_blas_thread() else "BLAS threads as found"
+        self.ranks = ranks  # CPU processes the all-reduce runs over (1: none)
 
     def device(self) -> DeviceInfo:
         cpu = platform.processor() or platform.machine() or "cpu"
-        return DeviceInfo(f"CPU {cpu} (numpy {np.__version__}, {self.threads})", host_memory()[0], 1, "float32", 4)
+        return DeviceInfo(f"CPU {cpu} (numpy {np.__version__}, {self.threads})", host_memory()[0], self.ranks, "float32", 4)
+
+    def all_reduce(self, sizes: Sequence[int], target_s: float) -> list[dict]:
+        """All-reduce by size over :attr:`ranks` CPU processes (distsim.profile.collectives)."""
+        from distsim.profile.collectives import host_all_reduce_rows
+
+        return host_all_reduce_rows(self.ranks, sizes, target_s)
 
     def free_bytes(self) -> int:
         return host_memory()[1]
@@ -132,6 +139,18 @@ class NumpyBackend:
 
     def argmax(self, logits: Any) -> Any:
         return logits.argmax(axis=-1)
+
+    def topk(self, logits: Any, k: int) -> tuple[Any, Any]:
+        """A MoE router's top-k: each row's k largest logits' experts and their softmax over the k."""
+        ids = np.argpartition(logits, -k, axis=-1)[:, -k:]
+        top = np.take_along_axis(logits, ids, axis=-1)
+        e = np.exp(top - top.max(axis=-1, keepdims=True))
+        return ids, e / e.sum(axis=-1, keepdims=True)
+
+    def combine(self, rows: Any, weights: Any) -> Any:
+        """Each token's k expert rows ([T x k, H], token-major) summed by its weights [T, k]."""
+        t, k = weights.shape
+        return np.einsum("tkh,tk->th", rows.reshape(t, k, -1), weights)
 
     def softmax_sample(self, logits: Any, seed: int) -> Any:
         """Temperature sampling (temperature 1) by the Gumbel-max trick over the softmax's logits."""

@@ -100,6 +100,16 @@ class TorchBackend:
     def argmax(self, logits: Any) -> Any:
         return logits.float().argmax(dim=-1)
 
+    def topk(self, logits: Any, k: int) -> tuple[Any, Any]:
+        """A MoE router's top-k in float32, its weights renormalised over the k (softmax of the top logits)."""
+        top, ids = logits.float().topk(k, dim=-1)
+        return ids, top.softmax(dim=-1)
+
+    def combine(self, rows: Any, weights: Any) -> Any:
+        """Each token's k expert rows ([T x k, H], token-major) summed by its weights [T, k] in float32."""
+        t, k = weights.shape
+        return (rows.reshape(t, k, -1).float() * weights[:, :, None]).sum(dim=1).to(rows.dtype)
+
     def softmax_sample(self, logits: Any, seed: int) -> Any:
         """Temperature sampling (temperature 1): the Gumbel-max trick over float32 logits."""
         u = self.torch.rand(logits.shape, device=self.dev, dtype=self.torch.float32).clamp_(1e-10, 1.0)
