@@ -36,7 +36,11 @@ def figures(overrides: list[str]) -> dict[str, float]:
     t = t[t["status"] == "completed"]
     ttft = t["ttft_ms"].to_numpy()
     short = t["input_tokens"].to_numpy() <= np.median(t["input_tokens"].to_numpy())
-    return {"mean": float(ttft.mean()), "p90": float(np.percentile(ttft, 90)), "short": float(ttft[short].mean())}
+    return {
+        "mean": float(ttft.mean()),
+        "p90": float(np.percentile(ttft, 90)),
+        "short": float(ttft[short].mean()),
+    }
 
 
 def sweep(workload: str, seeds: list[int], requests: int) -> list[str]:
@@ -45,7 +49,15 @@ def sweep(workload: str, seeds: list[int], requests: int) -> list[str]:
     for name, policy in POLICIES.items():
         for cost in COSTS_MS:
             runs = [
-                figures([workload, *policy, f"policy.routing.latency_ms={cost}", f"seed={seed}", f"workload.num_requests={requests}"])
+                figures(
+                    [
+                        workload,
+                        *policy,
+                        f"policy.routing.latency_ms={cost}",
+                        f"seed={seed}",
+                        f"workload.num_requests={requests}",
+                    ]
+                )
                 for seed in seeds
             ]
             rows[name, cost] = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
@@ -55,11 +67,17 @@ def sweep(workload: str, seeds: list[int], requests: int) -> list[str]:
         f"{'policy':<22} {'cost_ms':>8} {'ttft_mean_ms':>13} {'ttft_p90_ms':>12} {'short_half_ms':>14} {'vs_rr@0':>8}",
     ]
     for (name, cost), r in rows.items():
-        lines.append(f"{name:<22} {cost:>8.2f} {r['mean']:>13.1f} {r['p90']:>12.1f} {r['short']:>14.1f} {r['mean'] - baseline:>+8.1f}")
+        lines.append(
+            f"{name:<22} {cost:>8.2f} {r['mean']:>13.1f} {r['p90']:>12.1f} {r['short']:>14.1f} {r['mean'] - baseline:>+8.1f}"
+        )
     for name in POLICIES:
         if name != "round_robin":
             under = [cost for cost in COSTS_MS if rows[name, cost]["mean"] < baseline]
-            said = f"beats round robin's mean TTFT at no cost up to {max(under):g} ms a decision (of those swept)" if under else "never beats round robin at no cost"
+            said = (
+                f"beats round robin's mean TTFT at no cost up to {max(under):g} ms a decision (of those swept)"
+                if under
+                else "never beats round robin at no cost"
+            )
             lines.append(f"  {name}: {said}")
     return lines
 

@@ -122,7 +122,9 @@ def test_a_run_whose_policies_keep_no_figures_has_no_policy_section():
 
 
 def test_short_prompt_priority_routes_where_least_loaded_does():
-    a = simulate(load_config([*BASE, "policy=short_prompt_priority", "cluster.engine.scheduler=fcfs"])).requests
+    a = simulate(
+        load_config([*BASE, "policy=short_prompt_priority", "cluster.engine.scheduler=fcfs"])
+    ).requests
     b = simulate(load_config([*BASE, "policy=least_loaded", "cluster.engine.scheduler=fcfs"])).requests
     assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
     assert (a["ttft_ms"].to_numpy() == b["ttft_ms"].to_numpy()).all()  # fcfs ignores the priority
@@ -130,7 +132,9 @@ def test_short_prompt_priority_routes_where_least_loaded_does():
 
 def test_a_figure_that_is_not_a_finite_number_is_one_error_naming_the_policy(monkeypatch):
     monkeypatch.setattr(ShortPromptPriority, "metrics", lambda self: {"score": math.nan})
-    with pytest.raises(ConfigError, match=r"policy\.routing: ShortPromptPriority\.metrics\(\)\['score'\] is nan"):
+    with pytest.raises(
+        ConfigError, match=r"policy\.routing: ShortPromptPriority\.metrics\(\)\['score'\] is nan"
+    ):
         simulate(load_config([*BASE, "policy=short_prompt_priority"]))
 
 
@@ -164,4 +168,3 @@ def test_figures_are_plain_json_numbers_by_role():
     got = figures_of(Cluster())
     assert got == {"routing": {"n": 3, "share": 0.25, "per": {"x": 1}}}
     assert type(got["routing"]["n"]) is int and type(got["routing"]["share"]) is float
-

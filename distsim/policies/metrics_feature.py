@@ -57,14 +57,18 @@ def checked(figures: object, who: str, role: str) -> dict[str, Any]:
     """``figures`` as JSON-safe plain numbers; a non-finite or non-numeric value is one ConfigError."""
     key = f"policy.{'routing' if role != 'admission' else 'admission'}"
     if not isinstance(figures, Mapping):
-        raise ConfigError(key, f"{who}.metrics() returned {type(figures).__name__}: give a dict of numbers by name")
+        raise ConfigError(
+            key, f"{who}.metrics() returned {type(figures).__name__}: give a dict of numbers by name"
+        )
     out: dict[str, Any] = {}
     for name, value in figures.items():
         if not isinstance(name, str):
             raise ConfigError(key, f"{who}.metrics(): the name {name!r} is not a string")
         if isinstance(value, Mapping):
             out[name] = checked(value, who, role)
-        elif isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        elif isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)
+        ):
             raise ConfigError(key, f"{who}.metrics()[{name!r}] is {value!r}: a figure is a finite number")
         elif isinstance(value, (int, np.integer)):
             out[name] = int(value)

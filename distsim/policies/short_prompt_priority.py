@@ -39,4 +39,8 @@ class ShortPromptPriority(Router):
 
     def metrics(self) -> dict[str, float]:
         mean = self.prompt_tokens / self.decisions if self.decisions else 0.0
-        return {"decisions": self.decisions, "prioritised": self.prioritised, "mean_prompt_tokens": round(mean, 3)}
+        return {
+            "decisions": self.decisions,
+            "prioritised": self.prioritised,
+            "mean_prompt_tokens": round(mean, 3),
+        }
