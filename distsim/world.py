@@ -21,6 +21,7 @@ from distsim.feature import Feature, Parts
 from distsim.instance.batching import batching_on
 from distsim.instance.instance import Instance
 from distsim.metrics.recorder import Recorder
+from distsim.policies.base import reports_metrics
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -70,6 +71,11 @@ def _lora(parts: Parts) -> bool:
     return "lora" in parts.settings or any(pool.engine.lora is not None for pool in parts.pools)
 
 
+def _policy_metrics(parts: Parts) -> bool:
+    """Whether a configured routing or admission class keeps figures of its own (``metrics()``)."""
+    return reports_metrics(parts.policy.routing.cls) or reports_metrics(parts.policy.admission.cls)
+
+
 FEATURES: tuple[Entry, ...] = (
     Entry("autoscale", "distsim.autoscale.feature:AutoscaleFeature", _autoscaled),
     Entry("timeline", "distsim.timeline.feature:TimelineFeature", lambda p: p.sim is not None and p.sim.timeline is not None),
@@ -86,6 +92,7 @@ FEATURES: tuple[Entry, ...] = (
     Entry("cells", "distsim.cells.feature:CellsFeature", lambda p: p.cells is not None and p.cells.enabled),
     Entry("lora", "distsim.lora.feature:LoraFeature", _lora, settings="distsim.lora.catalog:catalog_of"),
     Entry("sheddable", "distsim.metrics.shedding:SheddingFeature", lambda p: bool(getattr(p.slo, "sheddable", ()))),
+    Entry("policy", "distsim.policies.metrics_feature:PolicyMetricsFeature", _policy_metrics),
     Entry("storage_kv", "distsim.instance.storage_kv.feature:StorageKvFeature",
           lambda p: any(pool.engine.storage_kv is not None for pool in p.pools)),
 )

@@ -26,7 +26,7 @@ from distsim.errors import SimulationError, warn_config
 from distsim.events.loop import PRIO_ARRIVAL, PRIO_CLUSTER, EventLoop
 from distsim.instance.departure import Departure
 from distsim.instance.instance import Instance
-from distsim.policies.base import Router
+from distsim.policies.base import Route, Router, routed_priority, target_of
 from distsim.request import Request, Status
 from distsim.signals.board import SignalBoard
 from distsim.signals.prefix_index import PrefixIndex
@@ -288,6 +288,9 @@ class Cluster(Intake):
     def _route(self, req: Request, now: int, router: Router, view: ClusterView, stage: str) -> int:
         """The chosen instance's number in this cluster (global number minus ``base``)."""
         local = router.route(req, view)
+        if local.__class__ is Route:  # the router's priority becomes the request's for its engine
+            req.priority = routed_priority(router, local.priority)
+            local = local.target
         chosen = int(view.members[local])
         if self.dp is not None:  # the pick names a DP group; vLLM's balancer picks its engine
             chosen = self.dp.pick(chosen)
@@ -371,7 +374,7 @@ class Cluster(Intake):
         elif how == "random":
             pos = candidates[self.hedger.rng.integers(candidates.size)]
         else:  # the router's choice; when it names a taken instance, its best-scored (else next) free one
-            pos = self.router.route(req, view)
+            pos = target_of(self.router.route(req, view))  # a copy keeps the priority its request was given
             if not free[pos]:
                 scores = self.router.last_scores
                 if scores is not None:

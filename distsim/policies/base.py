@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from distsim.errors import ConfigError
 from distsim.policies.registry import ADMISSIONS, ROUTERS  # noqa: F401  (re-exported: policies register here)
 from distsim.request import Request
 
@@ -68,12 +69,45 @@ class Policy:
         ``ctx.num_instances`` equal to the view's ``n``."""
         self.ctx.num_instances = int(new.size)
 
+    def metrics(self) -> Mapping[str, Any] | None:
+        """The policy's own figures for summary.json's ``policy.metrics`` (finite numbers by name, or a dict
+        of them), or None. Called once, after the run, and only where a class overrides it."""
+        return None
+
+
+def reports_metrics(cls: type[Policy]) -> bool:
+    """Whether a policy class has figures of its own (overrides :meth:`Policy.metrics`)."""
+    return cls.metrics is not Policy.metrics
+
 
 def positions(old: np.ndarray, new: np.ndarray) -> np.ndarray:
     """For each position among the ``old`` candidates, its position among the ``new`` (-1: gone)."""
     where = np.searchsorted(new, old)
     found = (where < new.size) & (new[np.minimum(where, new.size - 1)] == old)
     return np.where(found, where, -1)
+
+
+class Route(NamedTuple):
+    """A routing decision with a priority: ``route`` may return this instead of a plain position. The
+    request's ``priority`` for its engine becomes the router's (the ``priority`` scheduler,
+    ``cluster.engine.scheduler=priority``, serves higher first, FCFS within a priority, as it does the
+    workload's SLO-class priorities); other schedulers ignore it. A plain position leaves the request's
+    own priority as the workload gave it."""
+
+    target: int  # the chosen candidate's position in the view
+    priority: int
+
+
+def target_of(choice: int | Route) -> int:
+    """The candidate position of what ``route`` returned (a plain position or a :class:`Route`)."""
+    return choice.target if choice.__class__ is Route else choice
+
+
+def routed_priority(router: Router, value: object) -> int:
+    """A :class:`Route`'s priority as the request's; anything but an integer is one error naming the router."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    raise ConfigError("policy.routing", f"{type(router).__name__}.route returned a priority of {value!r}: a Route's priority is an integer")
 
 
 class Router(Policy):
@@ -87,7 +121,8 @@ class Router(Policy):
         """Whether the router with these parameters scores the router-side prefix index."""
         return cls.uses_prefix_index
 
-    def route(self, req: Request, view: ClusterView) -> int:
+    def route(self, req: Request, view: ClusterView) -> int | Route:
+        """The chosen candidate's position in ``view`` (or a :class:`Route` with a priority as well)."""
         raise NotImplementedError
 
 

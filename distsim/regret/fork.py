@@ -33,6 +33,7 @@ import numpy as np
 from distsim.errors import SimulationError
 from distsim.events.loop import EventLoop
 from distsim.metrics.recorder import Recorder
+from distsim.policies.base import Route
 from distsim.request import Request, Status
 from distsim.world import build
 
@@ -198,8 +199,11 @@ def forking(base: type[Router], forks: Forks) -> type[Router]:
     """The configured router class with the fork hook on its decisions."""
 
     class Forking(base):  # type: ignore[misc, valid-type]
-        def route(self, req, view) -> int:
-            return forks.decide(req, view, super().route(req, view))
+        def route(self, req, view):
+            choice = super().route(req, view)
+            if choice.__class__ is Route:  # the position may be forked; the priority is the policy's
+                return Route(forks.decide(req, view, choice.target), choice.priority)
+            return forks.decide(req, view, choice)
 
     Forking.__name__ = Forking.__qualname__ = f"Forking{base.__name__}"
     return Forking

@@ -19,7 +19,7 @@ from distsim.cluster.cluster import Cluster, Intake
 from distsim.errors import SimulationError
 from distsim.events.loop import PRIO_CLUSTER, EventLoop
 from distsim.instance.departure import Departure
-from distsim.policies.base import Router
+from distsim.policies.base import Router, target_of
 from distsim.protocols import RecordSink
 from distsim.request import Request, Status
 from distsim.runtime.replica import RuntimeReplica
@@ -86,7 +86,7 @@ class TypedFront(Intake):
             self.cluster.accept(now, req)
             return
         self.arrived += 1
-        local = route.router.route(req, route.view)
+        local = target_of(route.router.route(req, route.view))  # a runtime replica has no priority queue
         route.state.outstanding[local] += 1
         if self.dispatch_us:
             route.state.in_transit[local] += 1
