@@ -235,6 +235,7 @@ class Cluster(Intake):
             req.status = Status.REJECTED
             self._record(req)
             return
+        req.route_us = now
         if self.disaggregated:
             target = self._route_pd(req, now)
             if target is None:
@@ -349,6 +350,7 @@ class Cluster(Intake):
         if target is None:
             return  # every instance has a copy
         copy = hedger.new_copy(req, first_target, target)
+        copy.route_us = now
         if self.trace:
             self.decisions.append((now, req.request_id, "hedge", target + self.base, None, None, None, None))
         self._dispatch(copy, target, now)

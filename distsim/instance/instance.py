@@ -263,6 +263,7 @@ class Instance(Scheduler):
     def enqueue(self, req: Request, now: int) -> None:
         """A request arrives at this instance's waiting queue."""
         req.instance = self.index
+        req.enqueue_us = now
         req.seq = SeqState()
         limit = self.max_model_len
         if limit is not None and req.prompt_tokens + req.output_tokens > limit:
@@ -345,7 +346,17 @@ class Instance(Scheduler):
             self.visible_us = now
         if self.aborts:
             self.cancellation.apply(now)
+        stats = self.stats
+        if len(self.waiting) > stats.peak_waiting:  # the queue only grows between step events
+            stats.peak_waiting = len(self.waiting)
         self._plan_next(now)
+        if len(self.running) > stats.peak_running:
+            stats.peak_running = len(self.running)
+        used = self.kv.used()
+        changes = stats.kv_change_blocks
+        if not changes or changes[-1] != used:
+            changes.append(used)
+            stats.kv_change_us.append(now)
         if self.board is not None:
             self.publish_to(self.board)
 

@@ -17,6 +17,10 @@ class InstanceStats:
         "prefill_tokens",
         "decode_tokens",
         "peak_used_blocks",
+        "peak_waiting",
+        "peak_running",
+        "kv_change_us",
+        "kv_change_blocks",
         "preemptions",
         "completed",
         "handed_off",
@@ -42,6 +46,12 @@ class InstanceStats:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self.peak_used_blocks = 0
+        self.peak_waiting = 0  # the longest waiting queue a step event found
+        self.peak_running = 0  # the most requests running after a step was planned
+        # KV blocks in use over time, a point per change at a step event (the use planned for the step that
+        # starts then, or an idle engine's rest): the time-weighted utilisation (metrics.tables.kv_use_columns)
+        self.kv_change_us = array("q")
+        self.kv_change_blocks = array("q")
         self.preemptions = 0
         self.completed = 0  # requests that finished here (their last token)
         self.handed_off = 0  # P/D prefill side: prompts computed here and passed to a decode instance

@@ -86,6 +86,7 @@ class TypedFront(Intake):
             self.cluster.accept(now, req)
             return
         self.arrived += 1
+        req.route_us = now
         local = route.router.route(req, route.view)
         route.state.outstanding[local] += 1
         if self.dispatch_us:

@@ -1,0 +1,70 @@
+"""KV-cache occupancy over time per instance: instances.parquet's time-weighted utilisation columns.
+
+Why time-weighted: a peak says how close an engine came to preempting once; how full its cache was over
+the run (the median, the tail) says whether it had room to spare. Each instance notes the blocks in use at
+every step event where they changed (distsim.instance.stats: the use planned for the step starting then,
+or an idle engine's rest), so the use is a step function of time. Each level counts for the time it held
+within the run's span (first arrival to the end); before its first note an instance held nothing.
+Percentiles are inverted-CDF (the smallest level held for at least q% of the span), as summary.json's
+weighted inter-token latency.
+
+What the notes miss (so ``kv_utilization_max`` can sit below ``peak_kv_utilization``, which is read at
+each step's end before the requests it finished leave): blocks a fast-forwarded run of decode steps takes
+after its first step (noted when the run ends), and blocks freed or reserved between step events on an
+idle engine (a P/D hand-off's release), noted at its next step event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from distsim.instance.instance import Instance
+
+OCCUPANCY_STATS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))  # besides the mean and the max
+KV_USE_COLUMNS = tuple(f"kv_utilization_{n}" for n in ("mean", *(k for k, _ in OCCUPANCY_STATS), "max"))
+
+
+def level_durations(change_us: np.ndarray, levels: np.ndarray, start_us: int, end_us: int) -> tuple[np.ndarray, np.ndarray]:
+    """The levels of a step function (0 before its first change) and how long each held within
+    ``[start_us, end_us]``."""
+    times = np.clip(np.concatenate(([start_us], change_us)), start_us, end_us)
+    values = np.concatenate(([0], levels))
+    durations = np.diff(np.concatenate((times, [end_us])))
+    return values, durations
+
+
+def time_weighted(values: np.ndarray, durations: np.ndarray) -> dict[str, float]:
+    """Mean, inverted-CDF percentiles and max of levels held for ``durations`` (NaN when no time passed)."""
+    keep = durations > 0
+    values, durations = values[keep].astype(np.float64), durations[keep].astype(np.float64)
+    if values.size == 0:
+        return {"mean": np.nan, **{k: np.nan for k, _ in OCCUPANCY_STATS}, "max": np.nan}
+    order = np.argsort(values, kind="stable")
+    values, durations = values[order], durations[order]
+    cum = np.cumsum(durations)
+    total = cum[-1]
+    out = {"mean": float(np.dot(values, durations) / total)}
+    for key, q in OCCUPANCY_STATS:
+        out[key] = float(values[min(int(np.searchsorted(cum, q / 100.0 * total, side="left")), values.size - 1)])
+    out["max"] = float(values[-1])
+    return out
+
+
+def kv_use_columns(instances: Sequence[Instance], start_us: int, end_us: int) -> dict[str, list[float]]:
+    """instances.parquet's ``kv_utilization_mean``, ``_p50``, ``_p90``, ``_p99`` and ``_max``: the share of
+    each instance's KV blocks in use over the run, time-weighted."""
+    names = ("mean", *(k for k, _ in OCCUPANCY_STATS), "max")
+    columns: dict[str, list[float]] = {name: [] for name in KV_USE_COLUMNS}
+    for inst in instances:
+        s = inst.stats
+        change_us = np.frombuffer(s.kv_change_us, dtype=np.int64) if s.kv_change_us else np.zeros(0, np.int64)
+        levels = np.frombuffer(s.kv_change_blocks, dtype=np.int64) if s.kv_change_blocks else np.zeros(0, np.int64)
+        values, durations = level_durations(change_us, levels, start_us, end_us)
+        stats = time_weighted(values / inst.kv.total, durations)
+        for n, name in zip(names, KV_USE_COLUMNS):
+            columns[name].append(stats[n])
+    return columns
