@@ -10,8 +10,10 @@ weighted inter-token latency.
 
 What the notes miss (so ``kv_utilization_max`` can sit below ``peak_kv_utilization``, which is read at
 each step's end before the requests it finished leave): blocks a fast-forwarded run of decode steps takes
-after its first step (noted when the run ends), and blocks freed or reserved between step events on an
-idle engine (a P/D hand-off's release), noted at its next step event.
+after its first step (noted when the run ends), and blocks freed between step events (a P/D hand-off's
+release when its transfer lands), noted at the next step event. The other way round, a P/D prefill engine
+can hold a handed-off prompt's blocks beside a new chunk's from one step's start until the transfer lands
+within it: the notes see both, the peak at the step's end only the chunk's, so there the max can exceed it.
 """
 
 from __future__ import annotations
