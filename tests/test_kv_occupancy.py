@@ -77,3 +77,20 @@ def test_a_burst_fills_the_queue_and_the_batch_to_their_peaks():
     inst = simulate(cfg, [Request(i, 0, 100, 20) for i in range(10)]).instances
     assert inst["peak_running"][0] == 4
     assert inst["peak_waiting"][0] == 10  # all ten wait when the first step is planned
+
+
+def test_memory_utilisation_is_the_resident_bytes_plus_the_blocks_in_use_and_a_full_cache_fills_vllms_share():
+    """Llama-3.1-8B on an H100 at gpu_memory_utilization 0.9: the weights and the activation reserve are held
+    from the start; a full KV cache would bring the GPU to 0.9 of its memory (less the last partial block)."""
+    from distsim.catalog import load_hardware
+    from distsim.catalog.models import load_model
+
+    inst = simulate(load_config(["workload.num_requests=100"])).instances
+    hw, model = load_hardware("H100"), load_model("llama-3.1-8b")
+    block_bytes = model.kv_bytes_per_token_per_gpu(1) * 16
+    resident = model.weight_bytes_per_gpu(1) + 0.05 * hw.memory_bytes
+    for stat in ("mean", "p50", "p90", "p99", "max"):
+        kv_bytes = inst[f"kv_utilization_{stat}"] * inst["total_kv_blocks"] * block_bytes
+        assert np.allclose(inst[f"memory_utilization_{stat}"], (resident + kv_bytes) / hw.memory_bytes)
+    full = (resident + inst["total_kv_blocks"] * block_bytes) / hw.memory_bytes
+    assert ((full <= 0.9) & (full > 0.9 - block_bytes / hw.memory_bytes)).all()

@@ -45,6 +45,7 @@ class PoolSpec:
     data_parallel_size: int = 1  # engines per instance, behind vLLM's balancer (distsim.cluster.data_parallel)
     autoscale: AutoscaleSettings | None = None  # None: a fixed pool of ``count``
     mig: MigSlices | None = None  # one instance per slice (``hardware`` is the slice's); None: whole GPUs
+    resident_bytes_per_gpu: float = 0.0  # weights, activation reserve, windows: memory besides the KV blocks
 
     @property
     def built_count(self) -> int:
@@ -151,7 +152,11 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     )
     if mig is not None and autoscale is not None:
         raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
-    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig)
+    from distsim.catalog.capacity import resident_bytes_per_gpu
+
+    resident = resident_bytes_per_gpu(model, hardware, engine, tp)
+    return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig,
+                    resident)
 
 
 def _check_pools_together(pools: list[PoolSpec]) -> None:

@@ -1,4 +1,4 @@
-"""KV-cache occupancy over time per instance: instances.parquet's time-weighted utilisation columns.
+"""KV-cache and memory occupancy over time per instance: instances.parquet's time-weighted utilisation columns.
 
 Why time-weighted: a peak says how close an engine came to preempting once; how full its cache was over
 the run (the median, the tail) says whether it had room to spare. Each instance notes the blocks in use at
@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from distsim.cluster.pools import PoolSpec
     from distsim.instance.instance import Instance
 
 OCCUPANCY_STATS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))  # besides the mean and the max
 KV_USE_COLUMNS = tuple(f"kv_utilization_{n}" for n in ("mean", *(k for k, _ in OCCUPANCY_STATS), "max"))
+MEMORY_USE_COLUMNS = tuple(f"memory_utilization_{n}" for n in ("mean", *(k for k, _ in OCCUPANCY_STATS), "max"))
 
 
 def level_durations(change_us: np.ndarray, levels: np.ndarray, start_us: int, end_us: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,17 +58,23 @@ def time_weighted(values: np.ndarray, durations: np.ndarray) -> dict[str, float]
     return out
 
 
-def kv_use_columns(instances: Sequence[Instance], start_us: int, end_us: int) -> dict[str, list[float]]:
-    """instances.parquet's ``kv_utilization_mean``, ``_p50``, ``_p90``, ``_p99`` and ``_max``: the share of
-    each instance's KV blocks in use over the run, time-weighted."""
+def kv_use_columns(instances: Sequence[Instance], pools: Sequence[PoolSpec], start_us: int, end_us: int) -> dict[str, list[float]]:
+    """instances.parquet's ``kv_utilization_*`` (the share of each instance's KV blocks in use) and
+    ``memory_utilization_*`` (the share of a GPU's memory held: what the pool holds besides the KV blocks,
+    PoolSpec.resident_bytes_per_gpu, plus the blocks in use), each mean, p50, p90, p99 and max over the run,
+    time-weighted. Memory is affine in the blocks, so its percentiles are those of the same levels."""
     names = ("mean", *(k for k, _ in OCCUPANCY_STATS), "max")
-    columns: dict[str, list[float]] = {name: [] for name in KV_USE_COLUMNS}
-    for inst in instances:
+    columns: dict[str, list[float]] = {name: [] for name in (*KV_USE_COLUMNS, *MEMORY_USE_COLUMNS)}
+    for inst, pool in zip(instances, pools):
         s = inst.stats
         change_us = np.frombuffer(s.kv_change_us, dtype=np.int64) if s.kv_change_us else np.zeros(0, np.int64)
         levels = np.frombuffer(s.kv_change_blocks, dtype=np.int64) if s.kv_change_blocks else np.zeros(0, np.int64)
         values, durations = level_durations(change_us, levels, start_us, end_us)
-        stats = time_weighted(values / inst.kv.total, durations)
-        for n, name in zip(names, KV_USE_COLUMNS):
-            columns[name].append(stats[n])
+        block_bytes = pool.model.kv_bytes_per_token_per_gpu(pool.tensor_parallel_size) * inst.bs
+        memory = float(pool.hardware.memory_bytes)
+        for stats, cols in ((time_weighted(values / inst.kv.total, durations), KV_USE_COLUMNS),
+                            (time_weighted((pool.resident_bytes_per_gpu + values * block_bytes) / memory, durations),
+                             MEMORY_USE_COLUMNS)):
+            for n, name in zip(names, cols):
+                columns[name].append(stats[n])
     return columns

@@ -10,7 +10,7 @@ import numpy as np
 from distsim.events.loop import EventLoop
 from distsim.feature import Measures, Parts
 from distsim.metrics.columns import Table
-from distsim.metrics.occupancy import KV_USE_COLUMNS, kv_use_columns
+from distsim.metrics.occupancy import KV_USE_COLUMNS, MEMORY_USE_COLUMNS, kv_use_columns
 from distsim.metrics.summary import summarize
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def instance_table(cluster: World, start_us: int, end_us: int) -> Table:
             }
         )
     columns = {name: [row[name] for row in rows] for name in rows[0]}
-    columns.update(kv_use_columns(cluster.instances, start_us, end_us))
+    columns.update(kv_use_columns(cluster.instances, [cluster.pool_of[inst.index] for inst in cluster.instances], start_us, end_us))
     if any(inst.stats.serving_steps is not None for inst in cluster.instances):  # the serving layer's share
         columns.update(serving_columns(cluster.instances))
     dp_groups = [i.dp_group for i in cluster.instances]
@@ -121,7 +121,7 @@ def instance_table(cluster: World, start_us: int, end_us: int) -> Table:
 
 # instances.parquet's columns that are neither counts (int64) nor milliseconds (float64)
 _INSTANCE_KINDS = {"pool": "str", "role": "str", "hardware": "str", "price_usd_per_gpu_hour": "float64",
-                   "peak_kv_utilization": "float64", **{name: "float64" for name in KV_USE_COLUMNS}, "mig_profile": "str", "gpu_fraction": "float64",
+                   "peak_kv_utilization": "float64", **{name: "float64" for name in (*KV_USE_COLUMNS, *MEMORY_USE_COLUMNS)}, "mig_profile": "str", "gpu_fraction": "float64",
                    "spec_tokens_per_step": "float64"}
 
 
