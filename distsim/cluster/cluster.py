@@ -162,8 +162,7 @@ class Cluster(Intake):
         self.disaggregated = self.decode_router is not None
         self.decider = policy.pd_decider if self.disaggregated else None  # P/D: which requests disaggregate
         self.local_prefills = 0  # P/D with a decider: requests prefilled on their decode instance
-        self.transfer_bw = transfer.bandwidth_bytes_per_s
-        self.transfer_latency_us = transfer.latency_us
+        self.transfer_bw, self.transfer_latency_us = transfer.bandwidth_bytes_per_s, transfer.latency_us
         self.transfer_compression = transfer.compression  # the share of the KV bytes that crosses the link
         self.dispatch_us = policy.dispatch_us
         self.frontend = frontend if frontend.ingests else None  # ingestion delays each request's dispatch

@@ -353,9 +353,9 @@ class Instance(Scheduler):
         if len(self.running) > stats.peak_running:
             stats.peak_running = len(self.running)
         used = self.kv.used()
-        changes = stats.kv_change_blocks
-        if not changes or changes[-1] != used:
-            changes.append(used)
+        if used != stats.kv_last:
+            stats.kv_last = used
+            stats.kv_change_blocks.append(used)
             stats.kv_change_us.append(now)
         if self.board is not None:
             self.publish_to(self.board)

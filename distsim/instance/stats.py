@@ -21,6 +21,7 @@ class InstanceStats:
         "peak_running",
         "kv_change_us",
         "kv_change_blocks",
+        "kv_last",
         "preemptions",
         "completed",
         "handed_off",
@@ -49,9 +50,11 @@ class InstanceStats:
         self.peak_waiting = 0  # the longest waiting queue a step event found
         self.peak_running = 0  # the most requests running after a step was planned
         # KV blocks in use over time, a point per change at a step event (the use planned for the step that
-        # starts then, or an idle engine's rest): the time-weighted utilisation (metrics.tables.kv_use_columns)
-        self.kv_change_us = array("q")
-        self.kv_change_blocks = array("q")
+        # starts then, or an idle engine's rest): the time-weighted utilisation (metrics.occupancy). Lists, as
+        # the ITL samples: an array's append parses its argument, some eight times a list's cost
+        self.kv_change_us: list[int] = []
+        self.kv_change_blocks: list[int] = []
+        self.kv_last = 0  # the latest level noted (0 before the first)
         self.preemptions = 0
         self.completed = 0  # requests that finished here (their last token)
         self.handed_off = 0  # P/D prefill side: prompts computed here and passed to a decode instance

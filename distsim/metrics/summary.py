@@ -218,9 +218,7 @@ def summarize(
             "output_tokens_per_s": rnd(done_output.sum() / span_s),
         },
         "goodput": {"slo_attainment": rnd(met / arrived) if arrived else None, "requests_per_s": rnd(met / span_s)},
-        "prefix_cache_hit_rate": (
-            rnd(requests["cached_tokens"][scheduled].sum() / prompt_scheduled) if prompt_scheduled else 0.0
-        ),
+        "prefix_cache_hit_rate": rnd(requests["cached_tokens"][scheduled].sum() / prompt_scheduled) if prompt_scheduled else 0.0,
         **cpu_kv_counts(instances, prompt_scheduled),
         "gpu_utilization": rnd(float(np.dot(busy_s, gpus)) / gpu_seconds) if gpu_seconds else 0.0,
         "jain_fairness": rnd(tenant_fairness(requests)),

@@ -89,8 +89,7 @@ def instance_table(cluster: World, start_us: int, end_us: int) -> Table:
                 "decode_tokens": s.decode_tokens,
                 "peak_kv_blocks": s.peak_used_blocks,
                 "peak_kv_utilization": s.peak_used_blocks / total,
-                "peak_waiting": s.peak_waiting,
-                "peak_running": s.peak_running,
+                "peak_waiting": s.peak_waiting, "peak_running": s.peak_running,
                 "kv_evictions": inst.kv.evictions,
                 "preemptions": s.preemptions,
                 "admitted": s.admitted,
@@ -103,7 +102,7 @@ def instance_table(cluster: World, start_us: int, end_us: int) -> Table:
             }
         )
     columns = {name: [row[name] for row in rows] for name in rows[0]}
-    columns.update(kv_use_columns(cluster.instances, [cluster.pool_of[inst.index] for inst in cluster.instances], start_us, end_us))
+    columns.update(kv_use_columns(cluster.instances, cluster.pool_of, start_us, end_us))
     if any(inst.stats.serving_steps is not None for inst in cluster.instances):  # the serving layer's share
         columns.update(serving_columns(cluster.instances))
     dp_groups = [i.dp_group for i in cluster.instances]
