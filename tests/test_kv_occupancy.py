@@ -72,6 +72,17 @@ def test_the_mean_is_the_blocks_in_use_integrated_over_the_run_as_every_event_se
     assert result.instances["kv_utilization_mean"][0] == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("overrides", [[], ["cluster=pd_disagg"], ["workload=fixed", "workload.arrival.rate_rps=30"]],
+                         ids=["default", "pd", "fixed"])
+def test_fast_forwarding_gives_the_columns_stepping_gives(overrides):
+    """A fast-forwarded run takes its later steps' blocks at its end; the notes give them back to the step
+    boundaries, so every column (KV and memory use, the peaks) is stepping's, as sim.fast_forward promises."""
+    keys = ["workload.num_requests=150", *overrides]
+    fast, stepped = simulate(load_config(keys)), simulate(load_config([*keys, "sim.fast_forward=false"]))
+    assert fast.summary["sim"]["events"] < stepped.summary["sim"]["events"]  # it did fast-forward
+    assert fast.instances.equals(stepped.instances)
+
+
 def test_a_burst_fills_the_queue_and_the_batch_to_their_peaks():
     cfg = load_config(["cluster.instances=1", "cluster.engine.max_num_seqs=4"])
     inst = simulate(cfg, [Request(i, 0, 100, 20) for i in range(10)]).instances

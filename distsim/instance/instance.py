@@ -383,7 +383,10 @@ class Instance(Scheduler):
         ends = plan.ends_us
         if ends is not None:  # a fast-forwarded run
             if k > 1:  # its first step took its blocks when planned; the rest take theirs now
-                kv.allocate(dec.block_need(start + 1, k - 1))
+                grown = dec.block_need(start + 1, k - 1)
+                kv.allocate(grown)
+                if grown:  # the KV notes get them step by step at the end, as stepping notes them
+                    stats.note_run_growth(start, k, dec.phase_counts, grown)
             if self.board is not None:
                 self.board.run_ended(self)
             if b:

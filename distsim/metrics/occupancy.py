@@ -8,12 +8,13 @@ within the run's span (first arrival to the end); before its first note an insta
 Percentiles are inverted-CDF (the smallest level held for at least q% of the span), as summary.json's
 weighted inter-token latency.
 
-What the notes miss (so ``kv_utilization_max`` can sit below ``peak_kv_utilization``, which is read at
-each step's end before the requests it finished leave): blocks a fast-forwarded run of decode steps takes
-after its first step (noted when the run ends), and blocks freed between step events (a P/D hand-off's
-release when its transfer lands), noted at the next step event. The other way round, a P/D prefill engine
-can hold a handed-off prompt's blocks beside a new chunk's from one step's start until the transfer lands
-within it: the notes see both, the peak at the step's end only the chunk's, so there the max can exceed it.
+A fast-forwarded run of decode steps takes the blocks of its later steps at its end at once; the instance
+keeps what the run's decoders needed at each step (InstanceStats.note_run_growth), and :func:`kv_levels`
+gives those blocks back to the step boundaries that took them, so a fast-forwarded run gives the same
+columns as stepping every step (tests/test_kv_occupancy.py). What the notes miss: blocks freed between
+step events (a P/D hand-off's release when its transfer lands), noted at the next step event; so
+``kv_utilization_max`` can exceed ``peak_kv_utilization`` (read at each step's end) on a P/D prefill engine,
+which holds a handed-off prompt's blocks beside a new chunk's until the transfer lands within the step.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from distsim.instance.instance import Instance
+    from distsim.instance.stats import InstanceStats
 
 OCCUPANCY_STATS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))  # besides the mean and the max
 KV_USE_COLUMNS = tuple(f"kv_utilization_{n}" for n in ("mean", *(k for k, _ in OCCUPANCY_STATS), "max"))
@@ -74,6 +76,44 @@ def time_weighted(values: np.ndarray, durations: np.ndarray) -> dict[str, float]
     return out
 
 
+def run_growth(stats: InstanceStats) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks each fast-forwarded run took at its steps' boundaries after its first (the run applies them
+    at its end at once): (times, blocks), step s + i taking ``phase_counts[(1 - s - i) % block_size]`` at
+    the end of step s + i - 1, as distsim.instance.decode_set counts them."""
+    if not stats.kv_runs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    counts = np.asarray(stats.itl_run_counts, dtype=np.int64)
+    first_end = np.cumsum(counts) - counts  # each run's first step end in itl_run_ends
+    ends = np.frombuffer(stats.itl_run_ends, dtype=np.int64)
+    run, start, steps = (np.asarray(c, dtype=np.int64) for c in zip(*((r, s, k) for r, s, k, _ in stats.kv_runs)))
+    phases = np.asarray([p for *_, p in stats.kv_runs], dtype=np.int64)
+    points = steps - 1  # boundaries after the first step
+    which = np.repeat(np.arange(len(run)), points)
+    i = np.arange(int(points.sum())) - np.repeat(np.cumsum(points) - points, points) + 1  # 1 .. steps - 1
+    times = ends[first_end[run][which] + i - 1]
+    blocks = phases[which, (1 - start[which] - i) % phases.shape[1]]
+    taken = blocks > 0
+    return times[taken], blocks[taken]
+
+
+def kv_levels(stats: InstanceStats) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks in use as a step function: (change times, levels), the notes with the runs' growth."""
+    note_us = np.asarray(stats.kv_change_us, dtype=np.int64)
+    noted = np.asarray(stats.kv_change_blocks, dtype=np.int64)
+    grow_us, grown = run_growth(stats)
+    if not grow_us.size:
+        return note_us, noted
+    times = np.concatenate((note_us, grow_us))
+    is_note = np.concatenate((np.ones(note_us.size, bool), np.zeros(grow_us.size, bool)))
+    order = np.lexsort((~is_note, times))  # by time, a note before growth at the same instant
+    times, is_note = times[order], is_note[order]
+    added = np.cumsum(np.concatenate((np.zeros(note_us.size, np.int64), grown))[order])
+    group = np.cumsum(is_note)  # the latest note (0: none yet, level 0)
+    base = np.concatenate(([0], noted))[group]
+    since = np.concatenate(([0], added[is_note]))[group]
+    return times, base + added - since
+
+
 def kv_use_columns(instances: Sequence[Instance], pool_of: Sequence[Any], start_us: int, end_us: int) -> dict[str, list[float]]:
     """instances.parquet's ``kv_utilization_*`` (the share of each instance's KV blocks in use) and
     ``memory_utilization_*`` (the share of a GPU's memory held: what it holds besides the KV blocks plus the
@@ -84,10 +124,7 @@ def kv_use_columns(instances: Sequence[Instance], pool_of: Sequence[Any], start_
     columns: dict[str, list[float]] = {name: [] for name in (*KV_USE_COLUMNS, *MEMORY_USE_COLUMNS)}
     for inst in instances:
         gpu = GpuMemory.of(pool_of[inst.index], inst.bs)
-        s = inst.stats
-        change_us = np.asarray(s.kv_change_us, dtype=np.int64)
-        levels = np.asarray(s.kv_change_blocks, dtype=np.int64)
-        blocks = time_weighted(*level_durations(change_us, levels, start_us, end_us))
+        blocks = time_weighted(*level_durations(*kv_levels(inst.stats), start_us, end_us))
         for n, kv_name, memory_name in zip(names, KV_USE_COLUMNS, MEMORY_USE_COLUMNS):
             columns[kv_name].append(blocks[n] / inst.kv.total)
             columns[memory_name].append((gpu.resident_bytes + blocks[n] * gpu.block_bytes) / gpu.memory_bytes)
