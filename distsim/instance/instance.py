@@ -385,8 +385,11 @@ class Instance(Scheduler):
             if k > 1:  # its first step took its blocks when planned; the rest take theirs now
                 grown = dec.block_need(start + 1, k - 1)
                 kv.allocate(grown)
-                if grown:  # the KV notes get them step by step at the end, as stepping notes them
-                    stats.note_run_growth(start, k, dec.phase_counts, grown)
+                if grown:  # the KV notes get them step by step at the end, as stepping notes them (InstanceStats)
+                    runs = stats.kv_runs
+                    runs += (len(stats.itl_run_counts), start, k)
+                    runs += dec.phase_counts
+                    stats.kv_last += grown
             if self.board is not None:
                 self.board.run_ended(self)
             if b:

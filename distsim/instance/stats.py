@@ -56,9 +56,10 @@ class InstanceStats:
         self.kv_change_us: list[int] = []
         self.kv_change_blocks: list[int] = []
         self.kv_last = 0  # the latest level noted (0 before the first)
-        # fast-forwarded runs that took blocks after their first step: (run number in itl_run_*, first step,
-        # steps, the decoders' phase counts), so the notes can be given the steps' growth at the end
-        self.kv_runs: list[tuple[int, int, int, tuple[int, ...]]] = []
+        # fast-forwarded runs that took blocks after their first step, flat (no tuple per run): its number in
+        # itl_run_*, first step, steps, then the decoders' block_size phase counts (distsim.instance.decode_set),
+        # so the notes can be given the steps' growth at the end (metrics.occupancy.run_growth)
+        self.kv_runs: list[int] = []
         self.preemptions = 0
         self.completed = 0  # requests that finished here (their last token)
         self.handed_off = 0  # P/D prefill side: prompts computed here and passed to a decode instance
@@ -90,12 +91,6 @@ class InstanceStats:
         self.itl_run_begins.append(begin_us)
         self.itl_run_counts.append(len(ends_us))
         self.itl_run_weights.append(decoders)
-
-    def note_run_growth(self, start: int, steps: int, phase_counts: list[int], grown: int) -> None:
-        """A fast-forwarded run from step ``start`` took ``grown`` blocks after its first step (added to its
-        ``add_run`` record next): kept with the phase counts that say which step took them."""
-        self.kv_runs.append((len(self.itl_run_counts), start, steps, tuple(phase_counts)))
-        self.kv_last += grown
 
     @property
     def itl_run_durations(self) -> np.ndarray:

@@ -9,7 +9,7 @@ Percentiles are inverted-CDF (the smallest level held for at least q% of the spa
 weighted inter-token latency.
 
 A fast-forwarded run of decode steps takes the blocks of its later steps at its end at once; the instance
-keeps what the run's decoders needed at each step (InstanceStats.note_run_growth), and :func:`kv_levels`
+keeps what the run's decoders needed at each step (InstanceStats.kv_runs), and :func:`kv_levels`
 gives those blocks back to the step boundaries that took them, so a fast-forwarded run gives the same
 columns as stepping every step (tests/test_kv_occupancy.py). What the notes miss: blocks freed between
 step events (a P/D hand-off's release when its transfer lands), noted at the next step event; so
@@ -60,23 +60,23 @@ def level_durations(change_us: np.ndarray, levels: np.ndarray, start_us: int, en
 
 
 def time_weighted(values: np.ndarray, durations: np.ndarray) -> dict[str, float]:
-    """Mean, inverted-CDF percentiles and max of levels held for ``durations`` (NaN when no time passed)."""
+    """Mean, inverted-CDF percentiles and max of integer levels (>= 0) held for ``durations`` (NaN when no
+    time passed): from the time at each level (a histogram over the levels, no sort)."""
     keep = durations > 0
     values, durations = values[keep], durations[keep].astype(np.float64)
     if values.size == 0:
         return {"mean": np.nan, **{k: np.nan for k, _ in OCCUPANCY_STATS}, "max": np.nan}
-    order = np.argsort(values, kind="stable")
-    values, durations = values[order], durations[order]
-    cum = np.cumsum(durations)
+    at_level = np.bincount(values, weights=durations)
+    cum = np.cumsum(at_level)
     total = cum[-1]
     out = {"mean": float((values * durations).sum() / total)}  # not np.dot: BLAS wakes its threads for it
-    at = np.minimum(np.searchsorted(cum, np.array([q for _, q in OCCUPANCY_STATS]) / 100.0 * total, side="left"), values.size - 1)
-    out.update((key, float(values[i])) for (key, _), i in zip(OCCUPANCY_STATS, at.tolist()))
-    out["max"] = float(values[-1])
+    levels = np.searchsorted(cum, np.array([q for _, q in OCCUPANCY_STATS]) / 100.0 * total, side="left")
+    out.update((key, float(level)) for (key, _), level in zip(OCCUPANCY_STATS, np.minimum(levels, cum.size - 1).tolist()))
+    out["max"] = float(cum.size - 1)
     return out
 
 
-def run_growth(stats: InstanceStats) -> tuple[np.ndarray, np.ndarray]:
+def run_growth(stats: InstanceStats, block_size: int) -> tuple[np.ndarray, np.ndarray]:
     """The blocks each fast-forwarded run took at its steps' boundaries after its first (the run applies them
     at its end at once): (times, blocks), step s + i taking ``phase_counts[(1 - s - i) % block_size]`` at
     the end of step s + i - 1, as distsim.instance.decode_set counts them."""
@@ -85,27 +85,27 @@ def run_growth(stats: InstanceStats) -> tuple[np.ndarray, np.ndarray]:
     counts = np.asarray(stats.itl_run_counts, dtype=np.int64)
     first_end = np.cumsum(counts) - counts  # each run's first step end in itl_run_ends
     ends = np.frombuffer(stats.itl_run_ends, dtype=np.int64)
-    run, start, steps = (np.asarray(c, dtype=np.int64) for c in zip(*((r, s, k) for r, s, k, _ in stats.kv_runs)))
-    phases = np.asarray([p for *_, p in stats.kv_runs], dtype=np.int64)
+    table = np.asarray(stats.kv_runs, dtype=np.int64).reshape(-1, 3 + block_size)
+    run, start, steps, phases = table[:, 0], table[:, 1], table[:, 2], table[:, 3:]
     points = steps - 1  # boundaries after the first step
     which = np.repeat(np.arange(len(run)), points)
     i = np.arange(int(points.sum())) - np.repeat(np.cumsum(points) - points, points) + 1  # 1 .. steps - 1
     times = ends[first_end[run][which] + i - 1]
-    blocks = phases[which, (1 - start[which] - i) % phases.shape[1]]
+    blocks = phases[which, (1 - start[which] - i) % block_size]
     taken = blocks > 0
     return times[taken], blocks[taken]
 
 
-def kv_levels(stats: InstanceStats) -> tuple[np.ndarray, np.ndarray]:
+def kv_levels(stats: InstanceStats, block_size: int) -> tuple[np.ndarray, np.ndarray]:
     """The blocks in use as a step function: (change times, levels), the notes with the runs' growth."""
     note_us = np.asarray(stats.kv_change_us, dtype=np.int64)
     noted = np.asarray(stats.kv_change_blocks, dtype=np.int64)
-    grow_us, grown = run_growth(stats)
+    grow_us, grown = run_growth(stats, block_size)
     if not grow_us.size:
         return note_us, noted
     times = np.concatenate((note_us, grow_us))
     is_note = np.concatenate((np.ones(note_us.size, bool), np.zeros(grow_us.size, bool)))
-    order = np.lexsort((~is_note, times))  # by time, a note before growth at the same instant
+    order = np.argsort(times, kind="stable")  # by time, a note before growth at the same instant (two sorted runs)
     times, is_note = times[order], is_note[order]
     added = np.cumsum(np.concatenate((np.zeros(note_us.size, np.int64), grown))[order])
     group = np.cumsum(is_note)  # the latest note (0: none yet, level 0)
@@ -124,7 +124,7 @@ def kv_use_columns(instances: Sequence[Instance], pool_of: Sequence[Any], start_
     columns: dict[str, list[float]] = {name: [] for name in (*KV_USE_COLUMNS, *MEMORY_USE_COLUMNS)}
     for inst in instances:
         gpu = GpuMemory.of(pool_of[inst.index], inst.bs)
-        blocks = time_weighted(*level_durations(*kv_levels(inst.stats), start_us, end_us))
+        blocks = time_weighted(*level_durations(*kv_levels(inst.stats, inst.bs), start_us, end_us))
         for n, kv_name, memory_name in zip(names, KV_USE_COLUMNS, MEMORY_USE_COLUMNS):
             columns[kv_name].append(blocks[n] / inst.kv.total)
             columns[memory_name].append((gpu.resident_bytes + blocks[n] * gpu.block_bytes) / gpu.memory_bytes)
