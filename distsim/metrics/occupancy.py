@@ -85,7 +85,7 @@ def run_growth(stats: InstanceStats, block_size: int) -> tuple[np.ndarray, np.nd
     counts = np.asarray(stats.itl_run_counts, dtype=np.int64)
     first_end = np.cumsum(counts) - counts  # each run's first step end in itl_run_ends
     ends = np.frombuffer(stats.itl_run_ends, dtype=np.int64)
-    table = np.asarray(stats.kv_runs, dtype=np.int64).reshape(-1, 3 + block_size)
+    table = np.fromiter(stats.kv_runs, dtype=np.int64, count=len(stats.kv_runs)).reshape(-1, 3 + block_size)
     run, start, steps, phases = table[:, 0], table[:, 1], table[:, 2], table[:, 3:]
     points = steps - 1  # boundaries after the first step
     which = np.repeat(np.arange(len(run)), points)
@@ -98,8 +98,8 @@ def run_growth(stats: InstanceStats, block_size: int) -> tuple[np.ndarray, np.nd
 
 def kv_levels(stats: InstanceStats, block_size: int) -> tuple[np.ndarray, np.ndarray]:
     """The blocks in use as a step function: (change times, levels), the notes with the runs' growth."""
-    note_us = np.asarray(stats.kv_change_us, dtype=np.int64)
-    noted = np.asarray(stats.kv_change_blocks, dtype=np.int64)
+    note_us = np.fromiter(stats.kv_change_us, dtype=np.int64, count=len(stats.kv_change_us))
+    noted = np.fromiter(stats.kv_change_blocks, dtype=np.int64, count=len(stats.kv_change_blocks))
     grow_us, grown = run_growth(stats, block_size)
     if not grow_us.size:
         return note_us, noted
