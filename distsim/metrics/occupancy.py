@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 OCCUPANCY_STATS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))  # besides the mean and the max
 KV_USE_COLUMNS = tuple(f"kv_utilization_{n}" for n in ("mean", *(k for k, _ in OCCUPANCY_STATS), "max"))
+IDLE = {"mean": 0.0, **{k: 0.0 for k, _ in OCCUPANCY_STATS}, "max": 0.0}  # an instance that held no block
 MEMORY_USE_COLUMNS = tuple(f"memory_utilization_{n}" for n in ("mean", *(k for k, _ in OCCUPANCY_STATS), "max"))
 
 
@@ -124,7 +125,10 @@ def kv_use_columns(instances: Sequence[Instance], pool_of: Sequence[Any], start_
     columns: dict[str, list[float]] = {name: [] for name in (*KV_USE_COLUMNS, *MEMORY_USE_COLUMNS)}
     for inst in instances:
         gpu = GpuMemory.of(pool_of[inst.index], inst.bs)
-        blocks = time_weighted(*level_durations(*kv_levels(inst.stats, inst.bs), start_us, end_us))
+        if inst.stats.kv_change_us or end_us <= start_us:
+            blocks = time_weighted(*level_durations(*kv_levels(inst.stats, inst.bs), start_us, end_us))
+        else:  # never held a block (most of a large fleet on a short run): no array work
+            blocks = IDLE
         for n, kv_name, memory_name in zip(names, KV_USE_COLUMNS, MEMORY_USE_COLUMNS):
             columns[kv_name].append(blocks[n] / inst.kv.total)
             columns[memory_name].append((gpu.resident_bytes + blocks[n] * gpu.block_bytes) / gpu.memory_bytes)
