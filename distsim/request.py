@@ -46,6 +46,8 @@ class Request:
         "status",
         "instance",
         "prefill_instance",
+        "route_us",
+        "enqueue_us",
         "first_scheduled_us",
         "first_token_us",
         "completion_us",
@@ -90,6 +92,8 @@ class Request:
         self.status = Status.UNFINISHED
         self.instance = -1
         self.prefill_instance = -1
+        self.route_us = -1  # the router's decision (admitted and routed; under P/D both instances at once)
+        self.enqueue_us = -1  # it reached its (prefill) instance's queue: after the decision latency and ingestion
         self.first_scheduled_us = -1
         self.first_token_us = -1
         self.completion_us = -1

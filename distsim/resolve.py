@@ -25,7 +25,7 @@ from distsim.cells.settings import CellSettings
 from distsim.cluster import settings as cluster_settings
 from distsim.cluster.pools import PoolSpec, resolve_pools
 from distsim.config.known_keys import check_known_keys
-from distsim.config.settings import SimSettings, sim_settings
+from distsim.config.settings import SimSettings, sim_settings, with_request_warmup
 from distsim.errors import warn_config
 from distsim.metrics import settings as metrics_settings
 from distsim.provenance import scope as provenance_scope
@@ -102,6 +102,7 @@ def _resolve(cfg: DictConfig, requests: Iterable[Request] | None) -> Scenario:
         from distsim.workload import build_workload
 
         requests = build_workload(cfg.workload, seed=sim.seed, block_size=pools[0].engine.block_size)
+    sim = with_request_warmup(cfg, sim, requests)  # sim.warmup_requests: the window starts at a request's arrival
     slo = slo_defaults(cfg.workload)
     typed = False
     if runtimes or getattr(requests, "mix", None) is not None or getattr(requests, "types_seen", None) \

@@ -41,7 +41,7 @@ def test_single_run_writes_the_outputs_and_prints_a_table(two_runs):
     for key in ("requests", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "throughput", "goodput",
                 "prefix_cache_hit_rate", "gpu_utilization", "jain_fairness", "cost_usd_per_1k_tokens", "fitness", "sim"):
         assert key in summary, key
-    assert set(summary["ttft_ms"]) == {"mean", "p50", "p90", "p95", "p99", "max"}
+    assert set(summary["ttft_ms"]) == {"mean", "min", "p50", "p75", "p90", "p95", "p99", "max"}
     assert summary["requests"]["arrived"] == 300 == summary["requests"]["completed"]
     assert "wall_s" not in json.dumps(summary)
     perf = json.loads((out / "perf.json").read_text())

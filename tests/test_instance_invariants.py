@@ -100,8 +100,11 @@ def test_invariants_hold_after_every_event(c):
     assert len(df) == len(reqs) and df["request_id"].is_unique
     assert set(df["status"]) <= {"completed", "dropped"}
     done = df[df["status"] == "completed"]
-    # causality: arrival <= enqueue <= first scheduled <= first token <= completion
+    # causality: arrival <= route <= enqueue <= first scheduled <= first token <= completion
     assert (done["queue_ms"] >= 0).all()
+    chain = ["arrival_ms", "route_ms", "enqueue_ms", "schedule_ms", "first_token_ms", "completion_ms"]
+    for earlier, later in zip(chain, chain[1:]):
+        assert (done[earlier] <= done[later]).all(), (earlier, later)
     assert (done["arrival_ms"] + done["queue_ms"] <= done["first_token_ms"]).all()
     assert (done["first_token_ms"] <= done["completion_ms"]).all()
     assert (done["first_token_ms"] > done["arrival_ms"]).all()

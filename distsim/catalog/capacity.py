@@ -42,6 +42,15 @@ def _blocks(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, tp: int, uti
     return math.floor(usable / per_block) if usable > 0 else 0
 
 
+def resident_bytes_per_gpu(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, tp: int) -> float:
+    """What one GPU of an engine holds besides its KV blocks, as :func:`_blocks` counts it: the weights, the
+    activation reserve and a full sliding window per sequence (instances.parquet's memory utilisation)."""
+    expert_dp = engine.data_parallel_size if getattr(engine, "enable_expert_parallel", False) else 1
+    windows = getattr(engine, "max_num_seqs", 0) * model.kv_window_bytes_per_seq_per_gpu(tp)
+    reserve = hw.memory_bytes * float(engine.activation_reserve_fraction)
+    return model.weight_bytes_per_gpu(tp, expert_dp) + windows + reserve
+
+
 def memory_remedies(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, need_tokens: int, gpus_per_node: int | None = None) -> list[str]:
     """What would give ``need_tokens`` tokens of KV cache, each only if it would: a higher
     gpu_memory_utilization (up to its maximum, 1), the smallest larger tensor_parallel_size the model allows

@@ -162,8 +162,8 @@ class Cluster(Intake):
         self.disaggregated = self.decode_router is not None
         self.decider = policy.pd_decider if self.disaggregated else None  # P/D: which requests disaggregate
         self.local_prefills = 0  # P/D with a decider: requests prefilled on their decode instance
-        self.transfer_bw = transfer.bandwidth_bytes_per_s
-        self.transfer_latency_us = transfer.latency_us
+        self.transfer_bw, self.transfer_latency_us = transfer.bandwidth_bytes_per_s, transfer.latency_us
+        self.transfer_compression = transfer.compression  # the share of the KV bytes that crosses the link
         self.dispatch_us = policy.dispatch_us
         self.frontend = frontend if frontend.ingests else None  # ingestion delays each request's dispatch
         self.trace = policy.trace_decisions
@@ -235,6 +235,7 @@ class Cluster(Intake):
             req.status = Status.REJECTED
             self._record(req)
             return
+        req.route_us = now
         if self.disaggregated:
             target = self._route_pd(req, now)
             if target is None:
@@ -352,6 +353,7 @@ class Cluster(Intake):
         if target is None:
             return  # every instance has a copy
         copy = hedger.new_copy(req, first_target, target)
+        copy.route_us = now
         if self.trace:
             self.decisions.append((now, req.request_id, "hedge", target + self.base, None, None, None, None))
         self._dispatch(copy, target, now)
@@ -431,7 +433,7 @@ class Cluster(Intake):
     def _on_reserved(self, req: Request, now: int) -> None:
         """The decode instance holds blocks for the KV: send it."""
         pool = self.pool_of[req.prefill_instance - self.base]
-        nbytes = req.prompt_tokens * pool.model.kv_bytes_per_token_per_gpu(pool.tensor_parallel_size)
+        nbytes = req.prompt_tokens * pool.model.kv_bytes_per_token_per_gpu(pool.tensor_parallel_size) * self.transfer_compression
         duration = math.floor(self.transfer_latency_us + nbytes / self.transfer_bw * 1e6 + 0.5)
         self.transfers += 1
         self.transfer_us_total += duration

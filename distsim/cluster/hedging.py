@@ -25,7 +25,7 @@ from distsim.request import Request, Status
 
 # the runtime fields a winning copy hands to the request it stands for
 RUNTIME_FIELDS = (
-    "status", "instance", "prefill_instance", "first_scheduled_us", "first_token_us", "completion_us",
+    "status", "instance", "prefill_instance", "route_us", "enqueue_us", "first_scheduled_us", "first_token_us", "completion_us",
     "last_token_us", "generated", "cached_tokens", "preemptions",
 )  # fmt: skip
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from distsim.autoscale.settings import resolve_autoscale
+from distsim.catalog.capacity import resident_bytes_per_gpu
 from distsim.cluster import checks
 from distsim.cluster.footprint import check_instances_fit
 from distsim.cluster.mig import check_fits, place_pools, refuse_with_cells, resolve_mig
@@ -49,6 +50,7 @@ class PoolSpec:
     autoscale: AutoscaleSettings | None = None  # None: a fixed pool of ``count``
     mig: MigSlices | None = None  # one instance per slice (``hardware`` is the slice's); None: whole GPUs
     pipeline_parallel_size: int = 1  # stages per replica (distsim.instance.pipeline): tp x pp GPUs each
+    resident_bytes_per_gpu: float = 0.0  # weights, activation reserve, windows: memory besides the KV blocks
 
     @property
     def built_count(self) -> int:
@@ -169,7 +171,7 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     if mig is not None and autoscale is not None:
         raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
     return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig,
-                    1 if pipeline is None else pipeline.size)
+                    1 if pipeline is None else pipeline.size, resident_bytes_per_gpu(model, hardware, engine, tp))
 
 
 def _with_speculative(params: EngineParams, latency_ctx: LatencyContext, engine: DictConfig, engine_key: str,

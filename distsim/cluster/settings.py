@@ -29,10 +29,12 @@ HEDGE_TARGETS = ("router", "least_outstanding", "random")
 
 @dataclass(frozen=True)
 class TransferSettings:
-    """The P/D KV link: time = latency_us + bytes / bandwidth (bytes of the prompt's KV per GPU)."""
+    """The P/D KV link: time = latency_us + bytes / bandwidth (bytes of the prompt's KV per GPU, times
+    ``compression``: the share of them that crosses the link, 1 uncompressed)."""
 
     bandwidth_bytes_per_s: float = 50e9
     latency_us: float = 10.0
+    compression: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,10 @@ class PolicySettings:
 def transfer(cfg: DictConfig) -> TransferSettings:
     """``cluster.kv_transfer.*`` (used under P/D disaggregation)."""
     bw = positive("cluster.kv_transfer.bandwidth_gbps", cfg.bandwidth_gbps)
-    return TransferSettings(bw * 1e9, non_negative("cluster.kv_transfer.latency_us", cfg.latency_us))
+    compression = positive("cluster.kv_transfer.compression", cfg.compression)
+    if compression > 1.0:
+        raise ConfigError("cluster.kv_transfer.compression", f"must be in (0, 1]: the share of the KV bytes sent (got {cfg.compression!r})")
+    return TransferSettings(bw * 1e9, non_negative("cluster.kv_transfer.latency_us", cfg.latency_us), compression)
 
 
 def frontend(cfg: DictConfig) -> FrontendSettings:

@@ -176,6 +176,7 @@ class KVTransferConfig:
 
     bandwidth_gbps: float = 50.0  # GB/s per GPU per direction
     latency_us: float = 10.0  # fixed time of one transfer
+    compression: float = 1.0  # share of the KV bytes sent, in (0, 1] (a compressed KV; 1: as computed)
 
 
 @dataclass
@@ -345,6 +346,7 @@ class SimConfig:
 
     horizon_s: float | None = None  # stop here; requests still in flight are 'unfinished'
     warmup_s: float = 0.0  # start of the window
+    warmup_requests: int = 0  # or warm up by count: the first N requests by arrival do not count (0: off)
     measure_s: float | None = None  # length of the window; null: to the end of the run
     drain_s: float | None = None  # stop the run this long after the window (sets the horizon); needs measure_s
     fast_forward: bool = True  # skip decode-only stretches in closed form (results are identical)

@@ -12,7 +12,9 @@ Everything is immutable, so a resolved Scenario can be shared, pickled to a Ray 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from distsim.errors import ConfigError
@@ -20,6 +22,8 @@ from distsim.metrics.settings import MeasureWindow, TimelineWindow, measure_wind
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
+
+    from distsim.request import Request
 
 
 @dataclass(frozen=True)
@@ -34,15 +38,36 @@ class SimSettings:
     timeline: TimelineWindow | None = None  # sim.timeline and its window; None: no timeline.json
 
 
+def _horizon_us(sim: DictConfig) -> int | None:
+    h = sim.horizon_s
+    if h is not None and not (h > 0 and math.isfinite(h)):
+        raise ConfigError("sim.horizon_s", f"must be a finite number > 0, or null for no horizon (got {h!r})")
+    return None if h is None else int(round(h * 1e6))
+
+
 def sim_settings(cfg: DictConfig) -> SimSettings:
-    """``seed`` and ``sim.*``."""
+    """``seed`` and ``sim.*``. With ``sim.warmup_requests`` the window's start waits for the workload
+    (:func:`with_request_warmup`)."""
     seed = cfg.seed
     if seed is None or isinstance(seed, bool) or seed < 0:
         raise ConfigError("seed", f"must be an integer >= 0 (got {seed!r})")
-    h = cfg.sim.horizon_s
-    if h is not None and not (h > 0 and math.isfinite(h)):
-        raise ConfigError("sim.horizon_s", f"must be a finite number > 0, or null for no horizon (got {h!r})")
-    horizon = None if h is None else int(round(h * 1e6))
-    window, horizon = measure_window(cfg.sim, horizon)  # a drain sets the horizon
+    window, horizon = measure_window(cfg.sim, _horizon_us(cfg.sim))  # a drain sets the horizon
     timeline = timeline_window(cfg.sim, horizon)
     return SimSettings(int(seed), horizon, bool(cfg.sim.fast_forward), bool(cfg.sim.write_requests), window, timeline)
+
+
+def with_request_warmup(cfg: DictConfig, sim: SimSettings, requests: Iterable[Request]) -> SimSettings:
+    """``sim`` with the window of ``sim.warmup_requests`` = N: it starts at the arrival of request N (the
+    first that counts, in arrival order), its length and drain from there. Needs the arrival times before
+    the run, so a source that sends as the run goes (closed-loop clients, sessions) is refused."""
+    if sim.window is None or not sim.window.first_request:
+        return sim
+    n = sim.window.first_request
+    if getattr(requests, "driven", False):
+        raise ConfigError("sim.warmup_requests", "needs the arrival times before the run, but this workload sends "
+                          "requests as the run goes (closed-loop clients or sessions): warm up by time (sim.warmup_s)")
+    first = next(islice(iter(requests), n, None), None)
+    if first is None:
+        raise ConfigError("sim.warmup_requests", f"is {n}, but the workload has no more than {n} requests: none would count")
+    window, horizon = measure_window(cfg.sim, _horizon_us(cfg.sim), first.arrival_us)
+    return replace(sim, window=window, horizon_us=horizon)

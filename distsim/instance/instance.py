@@ -273,6 +273,7 @@ class Instance(Scheduler):
     def enqueue(self, req: Request, now: int) -> None:
         """A request arrives at this instance's waiting queue."""
         req.instance = self.index
+        req.enqueue_us = now
         req.seq = SeqState()
         limit = self.max_model_len
         if limit is not None and req.prompt_tokens + req.output_tokens > limit:
@@ -355,7 +356,17 @@ class Instance(Scheduler):
             self.visible_us = now
         if self.aborts:
             self.cancellation.apply(now)
+        stats = self.stats
+        if len(self.waiting) > stats.peak_waiting:  # the queue only grows between step events
+            stats.peak_waiting = len(self.waiting)
         self._plan_next(now)
+        if len(self.running) > stats.peak_running:
+            stats.peak_running = len(self.running)
+        used = self.kv.used()
+        if used != stats.kv_last:
+            stats.kv_last = used
+            stats.kv_change_blocks.append(used)
+            stats.kv_change_us.append(now)
         if self.board is not None:
             self.publish_to(self.board)
 
@@ -382,7 +393,13 @@ class Instance(Scheduler):
         ends = plan.ends_us
         if ends is not None:  # a fast-forwarded run
             if k > 1:  # its first step took its blocks when planned; the rest take theirs now
-                kv.allocate(dec.block_need(start + 1, k - 1))
+                grown = dec.block_need(start + 1, k - 1)
+                kv.allocate(grown)
+                if grown:  # the KV notes get them step by step at the end, as stepping notes them (InstanceStats)
+                    runs = stats.kv_runs
+                    runs += (len(stats.itl_run_counts), start, k)
+                    runs += dec.phase_counts
+                    stats.kv_last += grown
             if self.board is not None:
                 self.board.run_ended(self)
             if b:

@@ -17,6 +17,12 @@ class InstanceStats:
         "prefill_tokens",
         "decode_tokens",
         "peak_used_blocks",
+        "peak_waiting",
+        "peak_running",
+        "kv_change_us",
+        "kv_change_blocks",
+        "kv_last",
+        "kv_runs",
         "preemptions",
         "completed",
         "handed_off",
@@ -42,6 +48,18 @@ class InstanceStats:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self.peak_used_blocks = 0
+        self.peak_waiting = 0  # the longest waiting queue a step event found
+        self.peak_running = 0  # the most requests running after a step was planned
+        # KV blocks in use over time, a point per change at a step event (the use planned for the step that
+        # starts then, or an idle engine's rest): the time-weighted utilisation (metrics.occupancy). Lists, as
+        # the ITL samples: an array's append parses its argument, some eight times a list's cost
+        self.kv_change_us: list[int] = []
+        self.kv_change_blocks: list[int] = []
+        self.kv_last = 0  # the latest level noted (0 before the first)
+        # fast-forwarded runs that took blocks after their first step, flat (no tuple per run): its number in
+        # itl_run_*, first step, steps, then the decoders' block_size phase counts (distsim.instance.decode_set),
+        # so the notes can be given the steps' growth at the end (metrics.occupancy.run_growth)
+        self.kv_runs: list[int] = []
         self.preemptions = 0
         self.completed = 0  # requests that finished here (their last token)
         self.handed_off = 0  # P/D prefill side: prompts computed here and passed to a decode instance

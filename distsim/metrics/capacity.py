@@ -84,11 +84,12 @@ class MissCount(RunProbe):
     def __init__(self, scenario: Scenario, requests: list[Request], share: float):
         window, horizon = scenario.sim.window, scenario.sim.horizon_us
         self.start_us = window.start_us if window is not None else 0
+        self.first_request = window.first_request if window is not None else 0  # sim.warmup_requests
         end = window.end_us if window is not None else None
         if horizon is not None:
             end = horizon + 1 if end is None else min(end, horizon + 1)
         self.end_us = end
-        self.requests = [r for r in requests if self._measured(r.arrival_us)]
+        self.requests = [r for r in requests if self._measured(r)]
         self.n = len(self.requests)
         self.share = share
         self.watch_ttft = not scenario.policy.hedge.enabled
@@ -99,8 +100,10 @@ class MissCount(RunProbe):
         self.recorder: Recorder | None = None
         self.loop: EventLoop | None = None
 
-    def _measured(self, arrival_us: int) -> bool:
-        return arrival_us >= self.start_us and (self.end_us is None or arrival_us < self.end_us)
+    def _measured(self, req: Request) -> bool:
+        arrival_us = req.arrival_us
+        return (req.request_id >= self.first_request and arrival_us >= self.start_us
+                and (self.end_us is None or arrival_us < self.end_us))
 
     def built(self, world: RunWorld, loop: EventLoop, recorder: Recorder) -> None:
         self.recorder, self.loop = recorder, loop
@@ -117,7 +120,7 @@ class MissCount(RunProbe):
         return rnd((self.n - len(self.missed)) / self.n) if self.n else 0.0
 
     def heard(self, req: Request) -> None:
-        if not self.recorder.met_slo(req) and self._measured(req.arrival_us) and not shed_allowed(req, self.sheddable):
+        if not self.recorder.met_slo(req) and self._measured(req) and not shed_allowed(req, self.sheddable):
             self.missed.add(req.request_id)
         self._overdue(self.loop.now)
         if self.bound() < self.share:

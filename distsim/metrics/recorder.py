@@ -27,6 +27,8 @@ _FIELDS = (
     "status",
     "instance",
     "prefill_instance",
+    "route_us",
+    "enqueue_us",
     "input_tokens",
     "output_tokens",
     "cached_tokens",
@@ -65,6 +67,8 @@ class Recorder:
                 int(req.status),
                 req.instance,
                 req.prefill_instance,
+                req.route_us,
+                req.enqueue_us,
                 req.prompt_tokens,
                 req.output_tokens,
                 req.cached_tokens,
@@ -146,6 +150,8 @@ class Recorder:
         for name in ("instance", "prefill_instance", "input_tokens"):
             t.add(name, c.ints(name), "int64")
         t.add("output_tokens", out_tokens, "int64").add("cached_tokens", c.ints("cached_tokens"), "int64")
+        for name, field in (("route_ms", "route_us"), ("enqueue_ms", "enqueue_us"), ("schedule_ms", "first_scheduled_us")):
+            t.add(name, c.ms(field), "float64")  # the lifecycle in integer microseconds, as milliseconds (NaN: never)
         t.add("first_token_ms", c.ms_of(first_token_us), "float64").add("completion_ms", c.ms_of(completion_us), "float64")
         t.add("ttft_ms", ttft, "float64").add("tpot_ms", tpot, "float64")
         t.add("e2e_ms", c.since_arrival(completion_us), "float64")

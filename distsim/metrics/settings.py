@@ -22,7 +22,7 @@ t=0, as the measurement window's. What the timeline holds and how the window cut
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from distsim.errors import ConfigError, warn_config
@@ -67,10 +67,13 @@ def fitness(cfg: DictConfig) -> FitnessSettings:
 
 @dataclass(frozen=True)
 class MeasureWindow:
-    """Requests arriving in ``[start_us, end_us)`` count; ``end_us`` None: to the end of the run."""
+    """Requests arriving in ``[start_us, end_us)`` count; ``end_us`` None: to the end of the run. Warm-up by
+    request count (``sim.warmup_requests``): the first ``first_request`` requests by arrival do not count
+    either, and ``start_us`` is the arrival of the first that does (so the fleet figures start there)."""
 
     start_us: int = 0
     end_us: int | None = None
+    first_request: int = 0
 
 
 def _us(key: str, value: object, *, zero_ok: bool) -> int:
@@ -84,10 +87,36 @@ def _us(key: str, value: object, *, zero_ok: bool) -> int:
     return us
 
 
-def measure_window(sim: DictConfig, horizon_us: int | None) -> tuple[MeasureWindow | None, int | None]:
+def warmup_requests(sim: DictConfig) -> int:
+    """``sim.warmup_requests``: an integer >= 0 (0: off), not beside ``sim.warmup_s`` (one warm-up rule)."""
+    value = sim.warmup_requests
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError("sim.warmup_requests", f"must be an integer >= 0 (got {value!r})")
+    if value and sim.warmup_s:
+        raise ConfigError("sim.warmup_requests", f"and sim.warmup_s ({sim.warmup_s!r}) are both set: warm up by request count or by time, not both")
+    return value
+
+
+def measure_window(
+    sim: DictConfig, horizon_us: int | None, first_measured_us: int = 0
+) -> tuple[MeasureWindow | None, int | None]:
     """The window ``sim.*`` configures (None with the defaults: every request counts) and the run's
-    horizon (``sim.horizon_s``, or the end of the drain). Each mistake is one ConfigError naming its key."""
-    start = _us("sim.warmup_s", sim.warmup_s, zero_ok=True)
+    horizon (``sim.horizon_s``, or the end of the drain). With ``sim.warmup_requests`` the window starts at
+    ``first_measured_us``, the arrival of the first request that counts (0 until the workload is known:
+    distsim.config.settings.with_request_warmup). Each mistake is one ConfigError naming its key."""
+    skip = warmup_requests(sim)
+    if skip:
+        window, horizon_us = measure_window_from(sim, horizon_us, first_measured_us)
+        window = replace(window or MeasureWindow(), first_request=skip)
+        if horizon_us is not None and horizon_us <= window.start_us:
+            raise ConfigError("sim.horizon_s", f"stops the run at {horizon_us / 1e6:g} s, by the arrival of the first "
+                              f"request after sim.warmup_requests ({window.start_us / 1e6:g} s): nothing would count")
+        return window, horizon_us
+    return measure_window_from(sim, horizon_us, _us("sim.warmup_s", sim.warmup_s, zero_ok=True))
+
+
+def measure_window_from(sim: DictConfig, horizon_us: int | None, start: int) -> tuple[MeasureWindow | None, int | None]:
+    """The window from ``start`` (microseconds), its length and drain, checked against the horizon."""
     length = None if sim.measure_s is None else _us("sim.measure_s", sim.measure_s, zero_ok=False)
     drain = None if sim.drain_s is None else _us("sim.drain_s", sim.drain_s, zero_ok=True)
     if drain is not None and length is None:

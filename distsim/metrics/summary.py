@@ -1,7 +1,7 @@
 """summary.json: the run's figures, from the request table and the instances' counters.
 
-Times in milliseconds. Every distribution reports mean, p50, p90, p95, p99 and max (numpy's linear
-percentile; the inter-token distribution is weighted, see :func:`weighted_distribution`). Floats are
+Times in milliseconds. Every distribution reports mean, min, p50, p75, p90, p95, p99 and max (numpy's
+linear percentile; the inter-token distribution is weighted, see :func:`weighted_distribution`). Floats are
 rounded to 4 decimals so the file reads well; the rounding is deterministic, so the file stays
 byte-identical between runs of the same config and seed.
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 from distsim.metrics.columns import Table
 
-QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
+QUANTILES = (("p50", 50), ("p75", 75), ("p90", 90), ("p95", 95), ("p99", 99))
 
 
 def rnd(x: SupportsFloat | None, digits: int = 4) -> float | None:
@@ -28,13 +28,16 @@ def rnd(x: SupportsFloat | None, digits: int = 4) -> float | None:
     return round(x, digits)
 
 
+EMPTY = {"mean": None, "min": None, **{k: None for k, _ in QUANTILES}, "max": None}  # no value to describe
+
+
 def distribution(values: np.ndarray) -> dict[str, float | None]:
     values = np.asarray(values, dtype=np.float64)
     values = values[~np.isnan(values)]
     if values.size == 0:
-        return {"mean": None, **{k: None for k, _ in QUANTILES}, "max": None}
+        return dict(EMPTY)
     pct = np.percentile(values, [q for _, q in QUANTILES])
-    out = {"mean": rnd(values.mean())}
+    out = {"mean": rnd(values.mean()), "min": rnd(values.min())}
     out.update({k: rnd(v) for (k, _), v in zip(QUANTILES, pct)})
     out["max"] = rnd(values.max())
     return out
@@ -48,12 +51,12 @@ def weighted_distribution(values: np.ndarray, weights: np.ndarray) -> dict[str, 
     keep = weights > 0
     values, weights = values[keep], weights[keep]
     if values.size == 0:
-        return {"mean": None, **{k: None for k, _ in QUANTILES}, "max": None}
+        return dict(EMPTY)
     order = np.argsort(values, kind="stable")
     values, weights = values[order], weights[order]
     cum = np.cumsum(weights)
     total = cum[-1]
-    out = {"mean": rnd(float(np.dot(values, weights) / total))}
+    out = {"mean": rnd(float(np.dot(values, weights) / total)), "min": rnd(values[0])}
     for key, q in QUANTILES:
         idx = int(np.searchsorted(cum, q / 100.0 * total, side="left"))
         out[key] = rnd(values[min(idx, values.size - 1)])
@@ -70,6 +73,27 @@ def jain_index(x: np.ndarray) -> float:
     if sq == 0.0:
         return 1.0
     return float(x.sum() ** 2 / (x.size * sq))
+
+
+def variation(x: np.ndarray) -> float:
+    """The coefficient of variation: population standard deviation over the mean (0 when all are 0)."""
+    x = np.asarray(x, dtype=np.float64)
+    mean = float(x.mean()) if x.size else 0.0
+    return float(x.std() / mean) if mean > 0.0 else 0.0
+
+
+def instance_balance(instances: Table) -> dict[str, dict[str, float | None]]:
+    """summary.json's ``instance_balance``: Jain's index and the coefficient of variation across the engines
+    (a batching runtime's replicas aside) of the requests each served (completed, or handed off under P/D),
+    the tokens it computed (prefill and decode) and its time-weighted mean KV utilisation. Whole-run
+    counters, as instances.parquet's."""
+    engines = instances["role"] != "runtime"
+    loads = {
+        "requests": (instances["completed"] + instances["handed_off"])[engines],
+        "tokens": (instances["prefill_tokens"] + instances["decode_tokens"])[engines],
+        "kv_utilization": np.nan_to_num(instances["kv_utilization_mean"][engines]),
+    }
+    return {name: {"jain": rnd(jain_index(x)), "cv": rnd(variation(x))} for name, x in loads.items()}
 
 
 def is_status(requests: Table, name: str) -> np.ndarray:
@@ -194,12 +218,11 @@ def summarize(
             "output_tokens_per_s": rnd(done_output.sum() / span_s),
         },
         "goodput": {"slo_attainment": rnd(met / arrived) if arrived else None, "requests_per_s": rnd(met / span_s)},
-        "prefix_cache_hit_rate": (
-            rnd(requests["cached_tokens"][scheduled].sum() / prompt_scheduled) if prompt_scheduled else 0.0
-        ),
+        "prefix_cache_hit_rate": rnd(requests["cached_tokens"][scheduled].sum() / prompt_scheduled) if prompt_scheduled else 0.0,
         **cpu_kv_counts(instances, prompt_scheduled),
         "gpu_utilization": rnd(float(np.dot(busy_s, gpus)) / gpu_seconds) if gpu_seconds else 0.0,
         "jain_fairness": rnd(tenant_fairness(requests)),
+        "instance_balance": instance_balance(instances),
         "cost_usd_per_1k_tokens": rnd(cost_usd / (tokens_done / 1000.0), 9) if tokens_done else None,
         "slo_classes": slo_class_breakdown(requests),
         "sim": {"seed": seed, "events": events, "simulated_s": rnd(span_s, 6)},

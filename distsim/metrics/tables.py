@@ -10,6 +10,7 @@ import numpy as np
 from distsim.events.loop import EventLoop
 from distsim.feature import Measures, Parts
 from distsim.metrics.columns import Table
+from distsim.metrics.occupancy import KV_USE_COLUMNS, MEMORY_USE_COLUMNS, kv_use_columns
 from distsim.metrics.summary import summarize
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ def measure(parts: Parts, loop: EventLoop, end_us: int) -> Measures:
     ``parts``, each of its features adding its own: instance columns, then (after the summary, which a
     feature may make its own way, such as a measurement window) its section, in registry order."""
     world, features = parts.world, list(parts.features.values())
-    m = Measures(parts, parts.recorder.columns(), instance_table(world), {}, end_us, events=loop.events)
+    table = instance_table(world, world.first_arrival_us or 0, end_us)
+    m = Measures(parts, parts.recorder.columns(), table, {}, end_us, events=loop.events)
     for feature in features:
         feature.instance_columns(m)
 
@@ -64,8 +66,9 @@ def serving_columns(instances: list) -> dict[str, list[float]]:
     return columns
 
 
-def instance_table(cluster: World) -> Table:
-    """instances.parquet: one row per instance (engine)."""
+def instance_table(cluster: World, start_us: int, end_us: int) -> Table:
+    """instances.parquet: one row per instance (engine); the KV use over time weighted within the run's span
+    ``[start_us, end_us]``."""
     rows = []
     for inst in cluster.instances:
         s = inst.stats
@@ -86,6 +89,7 @@ def instance_table(cluster: World) -> Table:
                 "decode_tokens": s.decode_tokens,
                 "peak_kv_blocks": s.peak_used_blocks,
                 "peak_kv_utilization": s.peak_used_blocks / total,
+                "peak_waiting": s.peak_waiting, "peak_running": s.peak_running,
                 "kv_evictions": inst.kv.evictions,
                 "preemptions": s.preemptions,
                 "admitted": s.admitted,
@@ -98,6 +102,7 @@ def instance_table(cluster: World) -> Table:
             }
         )
     columns = {name: [row[name] for row in rows] for name in rows[0]}
+    columns.update(kv_use_columns(cluster.instances, cluster.pool_of, start_us, end_us))
     if any(inst.stats.serving_steps is not None for inst in cluster.instances):  # the serving layer's share
         columns.update(serving_columns(cluster.instances))
     dp_groups = [i.dp_group for i in cluster.instances]
@@ -115,7 +120,7 @@ def instance_table(cluster: World) -> Table:
 
 # instances.parquet's columns that are neither counts (int64) nor milliseconds (float64)
 _INSTANCE_KINDS = {"pool": "str", "role": "str", "hardware": "str", "price_usd_per_gpu_hour": "float64",
-                   "peak_kv_utilization": "float64", "mig_profile": "str", "gpu_fraction": "float64",
+                   "peak_kv_utilization": "float64", **{name: "float64" for name in (*KV_USE_COLUMNS, *MEMORY_USE_COLUMNS)}, "mig_profile": "str", "gpu_fraction": "float64",
                    "spec_tokens_per_step": "float64"}
 
 

@@ -108,6 +108,8 @@ class WindowProbe:
         """Masks of the request table's rows: arrived before the window, in it, after it."""
         arrival_us = np.rint(table["arrival_ms"] * 1000.0).astype(np.int64)
         before = arrival_us < self.window.start_us
+        if self.window.first_request:  # sim.warmup_requests: the first requests by arrival (ids follow arrival)
+            before |= table["request_id"] < self.window.first_request
         end = self.window.end_us
         after = arrival_us >= end if end is not None else np.zeros(len(arrival_us), dtype=bool)
         return before, ~before & ~after, after
@@ -151,8 +153,11 @@ class WindowProbe:
             "excluded_before": int(before.sum()),
             "excluded_after": int(after.sum()),
         }
+        if self.window.first_request:
+            section["warmup_requests"] = self.window.first_request
         if len(table) and not measured.any():
-            warn_config("sim.warmup_s", "no request arrived in the measurement window: every figure is empty")
+            key = "sim.warmup_requests" if self.window.first_request else "sim.warmup_s"
+            warn_config(key, "no request arrived in the measurement window: every figure is empty")
         table.add("measured", measured, "bool")
         return section
 

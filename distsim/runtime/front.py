@@ -86,6 +86,7 @@ class TypedFront(Intake):
             self.cluster.accept(now, req)
             return
         self.arrived += 1
+        req.route_us = now
         local = target_of(route.router.route(req, route.view))  # a runtime replica has no priority queue
         route.state.outstanding[local] += 1
         if self.dispatch_us:

@@ -88,6 +88,7 @@ class RuntimeReplica:
     # ------------------------------------------------------------------ events
     def enqueue(self, req: Request, now: int) -> None:
         req.instance = self.index
+        req.enqueue_us = now
         if req.items > self.batcher.max_items:
             req.status = Status.DROPPED
             self.stats.dropped += 1

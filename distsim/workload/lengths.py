@@ -66,6 +66,16 @@ class Exponential(Dist):
 
 
 @dataclass(frozen=True)
+class Poisson(Dist):
+    """Counts with variance equal to the mean (InferMesh's output lengths): narrower than an exponential."""
+
+    mean: float
+
+    def sample(self, rng, n):
+        return rng.poisson(self.mean, size=n).astype(np.float64)
+
+
+@dataclass(frozen=True)
 class TruncatedNormal(Dist):
     """A normal restricted to [lo, hi] by redrawing, so no mass piles up on the bounds."""
 
@@ -129,6 +139,17 @@ def _exponential(cfg, key, integer, lo, hi):
     )
 
 
+POISSON_MAX_MEAN = 1e12  # numpy's Poisson sampler refuses a mean near 2**63; no length comes near this
+
+
+@DISTS.register("poisson")
+def _poisson(cfg, key, integer, lo, hi):
+    mean = checks.positive(f"{key}.mean", checks.required(f"{key}.mean", cfg.mean, "for dist=poisson"))
+    if mean > POISSON_MAX_MEAN:
+        raise ConfigError(f"{key}.mean", f"must be at most {POISSON_MAX_MEAN:g} for dist=poisson (got {cfg.mean!r})")
+    return Poisson(mean)
+
+
 @DISTS.register("normal")
 def _normal(cfg, key, integer, lo, hi):
     mean = checks.number(f"{key}.mean", checks.required(f"{key}.mean", cfg.mean, "for dist=normal"))
@@ -178,6 +199,7 @@ READS = {
     "lognormal": ("mu", "sigma"),
     "exponential": ("mean",),
     "normal": ("mean", "std"),
+    "poisson": ("mean",),
     "empirical": ("path", "column"),
 }
 

@@ -15,19 +15,19 @@ from distsim.lora.schema import LoraWorkloadConfig
 
 @dataclass
 class DistConfig:
-    """A distribution: fixed | uniform | lognormal | exponential | normal | empirical.
+    """A distribution: fixed | uniform | lognormal | exponential | normal | poisson | empirical.
 
     Used for token lengths (rounded to integers, at least 1), session turn counts and think times.
     ``min``/``max`` clamp every draw; for ``normal`` they truncate instead (out-of-range draws are redrawn).
     """
 
-    dist: str = "fixed"  # fixed | uniform | lognormal | exponential | normal | empirical
+    dist: str = "fixed"  # fixed | uniform | lognormal | exponential | normal | poisson | empirical
     value: float | None = None  # fixed
     low: float | None = None  # uniform (integer lengths: inclusive bounds)
     high: float | None = None  # uniform
     mu: float | None = None  # lognormal (of the underlying normal)
     sigma: float | None = None  # lognormal
-    mean: float | None = None  # exponential, normal
+    mean: float | None = None  # exponential, normal, poisson
     std: float | None = None  # normal
     path: str | None = None  # empirical: a CSV file (relative: cwd, then the repository root)
     column: str | None = None  # empirical: which column (null: the file's only column)
@@ -175,6 +175,9 @@ class RequestTypeConfig:
 @dataclass
 class WorkloadConfig:
     kind: str = "synthetic"  # synthetic | trace
+    # the workload's own seed: its streams derive from it instead of the master seed, so the requests stay the
+    # same while the simulation's seed varies (BLIS's WorkloadSeed); null: the master seed, as every stream
+    seed: int | None = None
     num_requests: int | None = 1000  # stop after this many requests (traces: null = the whole file)
     duration_s: float | None = None  # stop at this arrival time (both set: whichever comes first)
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)

@@ -39,9 +39,12 @@ def as_config(cfg) -> DictConfig:
 
 
 def build_workload(workload_cfg, *, seed: int, block_size: int = 16) -> WorkloadSource:
-    """The request source for the composed ``workload`` config node (validated here, before any request)."""
+    """The request source for the composed ``workload`` config node (validated here, before any request). Its
+    streams derive from ``workload.seed`` when set, else from ``seed`` (the master seed, as every other stream)."""
     cfg = as_config(workload_cfg)
     seed = checks.integer("seed", seed, low=0)
+    if cfg.seed is not None:  # workload.seed: the requests held fixed while the simulation's seed varies
+        seed = checks.integer("workload.seed", cfg.seed, low=0)
     block_size = checks.integer("cluster.engine.block_size", block_size, low=1)
     source = KINDS.get(cfg.kind)(cfg, seed, block_size)
     if cfg.lora.adapters:  # each request names a LoRA adapter (distsim.workload.adapters)
