@@ -357,12 +357,15 @@ class Instance(Scheduler):
         if self.aborts:
             self.cancellation.apply(now)
         stats = self.stats
-        if len(self.waiting) > stats.peak_waiting:  # the queue only grows between step events
-            stats.peak_waiting = len(self.waiting)
+        waiting = len(self.waiting)
+        if waiting > stats.peak_waiting:  # the queue only grows between step events
+            stats.peak_waiting = waiting
         self._plan_next(now)
-        if len(self.running) > stats.peak_running:
-            stats.peak_running = len(self.running)
-        used = self.kv.used()
+        running = len(self.running)
+        if running > stats.peak_running:
+            stats.peak_running = running
+        kv = self.kv
+        used = kv.total - kv.free - kv.evictable  # kv.used(), without the call on the hot path
         if used != stats.kv_last:
             stats.kv_last = used
             stats.kv_change_blocks.append(used)
