@@ -364,8 +364,7 @@ class Instance(Scheduler):
         running = len(self.running)
         if running > stats.peak_running:
             stats.peak_running = running
-        kv = self.kv
-        used = kv.total - kv.free - kv.evictable  # kv.used(), without the call on the hot path
+        used = self.kv.used()
         if used != stats.kv_last:
             stats.kv_last = used
             stats.kv_change_blocks.append(used)
