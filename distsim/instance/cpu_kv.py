@@ -58,6 +58,7 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from distsim.errors import SimulationError
+from distsim.instance.pins import unpin
 
 if TYPE_CHECKING:
     from distsim.instance.storage_kv.tier import StorageKvTier
@@ -208,14 +209,7 @@ class CpuKvTier:
 
     def finish_load(self, hashes: Sequence[Hashable], lo: int, hi: int) -> None:
         """The load of ``hashes[lo:hi]`` has landed: unpin its blocks."""
-        pinned = self.pinned
-        for i in range(lo, hi):
-            h = hashes[i]
-            n = pinned[h] - 1
-            if n:
-                pinned[h] = n
-            else:
-                del pinned[h]
+        unpin(self.pinned, hashes, lo, hi)
 
     # -- checks ------------------------------------------------------------------------------------
     def check(self, where: str, loading_blocks: int) -> None:

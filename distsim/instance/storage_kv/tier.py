@@ -12,6 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
 
 from distsim.errors import SimulationError
+from distsim.instance.pins import unpin
 
 
 class StorageKvTier:
@@ -169,14 +170,7 @@ class StorageKvTier:
 
     def finish_load(self, hashes: Sequence[Hashable], lo: int, hi: int) -> None:
         """The load of ``hashes[lo:hi]`` has landed on the GPU: unpin its blocks."""
-        pinned = self.pinned
-        for i in range(lo, hi):
-            h = hashes[i]
-            n = pinned[h] - 1
-            if n:
-                pinned[h] = n
-            else:
-                del pinned[h]
+        unpin(self.pinned, hashes, lo, hi)
 
     def forget(self) -> None:
         """Empty the tier, keeping the counters (the engine leaves; no load is in flight then)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,6 +45,17 @@ class Loose:
     def positions(self) -> np.ndarray:
         """Every position whose bound may exceed the true score (ascending)."""
         raise NotImplementedError
+
+
+def guard_load(scores: np.ndarray, view: ClusterView, guard: float) -> np.ndarray:
+    """``scores`` with 0 where an instance has more than ``guard`` outstanding requests above the least
+    loaded (the affinity scorers' load guard, so one warm instance cannot pull all traffic), in place."""
+    outstanding = view.outstanding()
+    limit = outstanding[outstanding.argmin()] + guard
+    if not math.isinf(limit):
+        # counts above the float limit are those above its floor: an integer comparison, cheaper
+        scores[outstanding > math.floor(limit)] = 0.0
+    return scores
 
 
 def inverse_minmax(values: np.ndarray) -> np.ndarray:

@@ -4,9 +4,7 @@ and takes no slot from another adapter. As prefix_affinity, instances more than 
 outstanding requests above the least loaded score 0, so one popular adapter cannot pull all traffic onto
 the instances that hold it. A request for the base model scores 0 everywhere (it changes nothing)."""
 
-import math
-
-from distsim.policies.scorers.base import SCORERS, Scorer, as_vector
+from distsim.policies.scorers.base import SCORERS, Scorer, as_vector, guard_load
 
 
 @SCORERS.register("lora_affinity")
@@ -24,8 +22,4 @@ class LoraAffinityScorer(Scorer):
         held = view.adapter_resident(req.adapter)
         if not held.any():
             return 0.0, None
-        outstanding = view.outstanding()
-        limit = outstanding[outstanding.argmin()] + self.guard
-        if not math.isinf(limit):
-            held[outstanding > math.floor(limit)] = 0.0
-        return held, None
+        return guard_load(held, view, self.guard), None

@@ -3,9 +3,7 @@ Instances with more than ``load_guard`` outstanding requests above the least loa
 shared prefix cannot pull all traffic onto one warm instance (the herding that llm-d-like defaults
 show when most requests share a system prompt)."""
 
-import math
-
-from distsim.policies.scorers.base import SCORERS, Scorer, as_vector
+from distsim.policies.scorers.base import SCORERS, Scorer, as_vector, guard_load
 
 
 @SCORERS.register("prefix_affinity")
@@ -23,10 +21,4 @@ class PrefixAffinityScorer(Scorer):
         match = view.prefix_match(req)
         if match[match.argmax()] == 0:
             return 0.0, None  # nobody holds the first block: every share is 0
-        share = match / len(req.block_hashes)
-        outstanding = view.outstanding()
-        limit = outstanding[outstanding.argmin()] + self.guard
-        if not math.isinf(limit):
-            # counts above the float limit are those above its floor: an integer comparison, cheaper
-            share[outstanding > math.floor(limit)] = 0.0
-        return share, None
+        return guard_load(match / len(req.block_hashes), view, self.guard), None
