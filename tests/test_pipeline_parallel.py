@@ -141,6 +141,14 @@ def test_kv_blocks_per_replica_are_what_every_stage_holds():
     assert by_hand == pytest.approx(tp8.total_kv_blocks, rel=0.01)
 
 
+def test_memory_besides_kv_counts_the_largest_stage_weights_not_the_whole_model():
+    model = load_model("llama-3.1-70b")
+    pp2, pp1 = pool(), pool("cluster.engine.pipeline_parallel_size=1")
+    heaviest = max(stage_weight_bytes(model, 4, stage_layers(80, 2)))
+    assert pp1.resident_bytes_per_gpu - pp2.resident_bytes_per_gpu == pytest.approx(
+        model.weight_bytes_per_gpu(4) - heaviest)
+
+
 def test_gpus_and_cost_count_tp_x_pp_x_replicas():
     cfg = load_config(["cluster=pipeline_parallel", "workload.num_requests=20"])
     result = simulate(cfg)

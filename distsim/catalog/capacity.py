@@ -42,13 +42,17 @@ def _blocks(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, tp: int, uti
     return math.floor(usable / per_block) if usable > 0 else 0
 
 
-def resident_bytes_per_gpu(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, tp: int) -> float:
+def resident_bytes_per_gpu(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, tp: int,
+                           weights: float | None = None) -> float:
     """What one GPU of an engine holds besides its KV blocks, as :func:`_blocks` counts it: the weights, the
-    activation reserve and a full sliding window per sequence (instances.parquet's memory utilisation)."""
-    expert_dp = engine.data_parallel_size if getattr(engine, "enable_expert_parallel", False) else 1
+    activation reserve and a full sliding window per sequence (instances.parquet's memory utilisation).
+    ``weights`` overrides the whole model's weights per GPU, for a pipeline stage that holds only its layers."""
+    if weights is None:
+        expert_dp = engine.data_parallel_size if getattr(engine, "enable_expert_parallel", False) else 1
+        weights = model.weight_bytes_per_gpu(tp, expert_dp)
     windows = getattr(engine, "max_num_seqs", 0) * model.kv_window_bytes_per_seq_per_gpu(tp)
     reserve = hw.memory_bytes * float(engine.activation_reserve_fraction)
-    return model.weight_bytes_per_gpu(tp, expert_dp) + windows + reserve
+    return weights + windows + reserve
 
 
 def memory_remedies(model: ModelSpec, hw: HardwareSpec, engine: DictConfig, need_tokens: int, gpus_per_node: int | None = None) -> list[str]:

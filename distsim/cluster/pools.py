@@ -171,7 +171,7 @@ def _resolve_pool(cluster: DictConfig, raw: RawPool, key: str, model: ModelSpec)
     if mig is not None and autoscale is not None:
         raise ConfigError(f"{key}.mig.profile", "autoscaling a pool of MIG slices is not modelled; give a fixed count")
     return PoolSpec(raw["name"], raw["count"], raw["role"], hardware, model, tp, params, latency, key, dp, autoscale, mig,
-                    1 if pipeline is None else pipeline.size, resident_bytes_per_gpu(model, hardware, engine, tp))
+                    1 if pipeline is None else pipeline.size, resident_bytes_per_gpu(model, hardware, engine, tp, weights))
 
 
 def _with_speculative(params: EngineParams, latency_ctx: LatencyContext, engine: DictConfig, engine_key: str,
